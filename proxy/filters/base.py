@@ -1,0 +1,65 @@
+"""What every filter shares: the request context it reads and the config model it extends."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+from proxy.messages import DEFAULT_COMPLETION_TOOLS, Message
+from proxy.tokens import TokenCounters
+
+
+class Summarizer(Protocol):
+    """Writes a summary of some messages with a model (implemented over the proxy's HTTP client)."""
+
+    async def summarize(
+        self, messages: list[Message], *, model: str, upstream: str | None, prompt: str, timeout_s: float
+    ) -> str: ...
+
+
+@dataclass(frozen=True)
+class FilterContext:
+    """Everything a filter may know about the request besides its messages."""
+
+    role: str = "default"
+    agent: str | None = None
+    phase: str | None = None
+    model: str = ""
+    tenant: str | None = None
+    completion_tools: frozenset[str] = DEFAULT_COMPLETION_TOOLS
+    tokens: TokenCounters = field(default_factory=TokenCounters)
+    summarizer: Summarizer | None = None
+    upstream: str | None = None
+    """Name of the upstream the request is routed to."""
+    notes: list[str] = field(default_factory=list)
+    """Filters may append short outcome notes (e.g. ``summarize:fallback``); shown in headers and logs."""
+
+
+class Filter(BaseModel):
+    """Base of every filter config model: frozen, unknown keys rejected.
+
+    Subclasses declare ``type: Literal["name"]`` and implement :meth:`apply` (or, for the one
+    filter that needs I/O, ``async def apply_async``). ``apply`` returns a new list and never
+    assigns into its input; unchanged messages pass through as the same objects.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cache_friendly: ClassVar[str] = ""
+    """One line for the docs: whether consecutive requests keep an identical kept prefix, and the knob."""
+
+    def apply(self, messages: list[Message], ctx: FilterContext) -> list[Message]:
+        raise NotImplementedError
+
+    def budget(self) -> int | None:
+        """The token limit this filter enforces, if any (reported as within_limit / tokens_over)."""
+        return None
+
+    @property
+    def type_name(self) -> str:
+        return str(getattr(self, "type"))
+
+    def describe(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")

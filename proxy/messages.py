@@ -1,0 +1,336 @@
+"""Message helpers shared by every filter: annotations, turns, groups and validity checks.
+
+Messages are plain dicts as they arrive in a chat-completions body. Nothing here mutates its input.
+
+Vocabulary (SPEC section 5):
+
+- a **turn** starts at a turn-start message (a ``user`` message, or one annotated
+  ``message_type: task``) and runs to the next one; messages before the first turn start form a
+  preamble turn of their own;
+- a **group** is an assistant message with ``tool_calls`` plus the tool messages that follow it, or
+  any other message alone. Dropping filters drop whole groups so tool pairs never break.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+Message = dict[str, Any]
+
+ANNOTATION_KEYS = frozenset({"tags", "message_type", "phase_id", "agent"})
+KNOWN_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+SYSTEM_ROLES = frozenset({"system", "developer"})
+
+TASK = "task"
+ACTION = "action"
+OBSERVATION = "observation"
+SYNTHESIS = "synthesis"
+FINAL = "final"
+GLOBAL_OBSERVATION = "global_observation"
+MESSAGE_TYPES = frozenset({TASK, ACTION, OBSERVATION, SYNTHESIS, FINAL, GLOBAL_OBSERVATION})
+# Inferred kinds for messages that carry no annotation and are neither task, action nor observation.
+CONVERSATION = "conversation"
+SYSTEM = "system"
+
+DEFAULT_COMPLETION_TOOLS = frozenset({"final_answer", "submit", "task_complete"})
+
+
+class NotApplicable(ValueError):
+    """A filter cannot apply to this input (answered as a 400 naming the filter)."""
+
+
+# --- content -------------------------------------------------------------------------------
+
+
+def text_of(content: Any) -> str:
+    """The text of a message's content: the string itself, or its text parts joined by newlines."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            part["text"]
+            for part in content
+            if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+        )
+    return ""
+
+
+def has_text(message: Message) -> bool:
+    """True when the message has non-blank text content."""
+    return bool(text_of(message.get("content")).strip())
+
+
+def image_count(content: Any) -> int:
+    """How many image parts a content list holds."""
+    if not isinstance(content, list):
+        return 0
+    return sum(1 for part in content if isinstance(part, dict) and part.get("type") == "image_url")
+
+
+def map_text(content: Any, change: Any) -> Any:
+    """Apply ``change(str) -> str`` to a string content or to every text part of a list content."""
+    if isinstance(content, str):
+        return change(content)
+    if isinstance(content, list):
+        return [
+            {**part, "text": change(part["text"])}
+            if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+            else part
+            for part in content
+        ]
+    return content
+
+
+# --- tool calls ----------------------------------------------------------------------------
+
+
+def tool_calls(message: Message) -> list[dict[str, Any]]:
+    """The message's tool calls (an empty list for none)."""
+    calls = message.get("tool_calls")
+    return calls if isinstance(calls, list) else []
+
+
+def is_action(message: Message) -> bool:
+    """An assistant message that carries tool calls."""
+    return message.get("role") == "assistant" and bool(tool_calls(message))
+
+
+def call_name(call: dict[str, Any]) -> str:
+    """The function name of one tool call ('' when absent)."""
+    function = call.get("function")
+    if isinstance(function, dict) and isinstance(function.get("name"), str):
+        return str(function["name"])
+    return ""
+
+
+def tool_call_names(message: Message) -> list[str]:
+    """The function names of a message's tool calls, in order."""
+    return [call_name(call) for call in tool_calls(message)]
+
+
+def tool_call_ids(message: Message) -> list[str]:
+    """The ids of a message's tool calls, in order."""
+    return [str(call.get("id")) for call in tool_calls(message)]
+
+
+# --- annotations ---------------------------------------------------------------------------
+
+
+def tags_of(message: Message) -> frozenset[str]:
+    """The message's ``tags`` annotation as a set."""
+    tags = message.get("tags")
+    return frozenset(tags) if isinstance(tags, list) else frozenset()
+
+
+def is_turn_start(message: Message) -> bool:
+    """A user message, or any message annotated ``message_type: task``.
+
+    An annotation decides over the role: a ``user`` message annotated as an ``observation`` (a
+    text-action agent's environment output) does not start a turn.
+    """
+    annotated = message.get("message_type")
+    if annotated is not None:
+        return bool(annotated == TASK)
+    return message.get("role") == "user"
+
+
+def classify(messages: Sequence[Message], completion_tools: Iterable[str] = DEFAULT_COMPLETION_TOOLS) -> list[str]:
+    """The message type of every message: its annotation, or the inference of SPEC section 3.
+
+    Inference: user -> ``task``; assistant with tool calls -> ``action`` (``final`` when one of its
+    calls names a completion tool, and then its tool results are ``final`` too); tool ->
+    ``observation``; system/developer -> ``system``; other assistant text -> ``conversation``.
+    """
+    completion = frozenset(completion_tools)
+    kinds: list[str] = []
+    group_kind = OBSERVATION
+    for message in messages:
+        role = message.get("role")
+        inferred: str
+        if role == "assistant" and tool_calls(message):
+            final = any(name in completion for name in tool_call_names(message))
+            inferred = FINAL if final else ACTION
+            group_kind = FINAL if final else OBSERVATION
+        elif role == "tool":
+            inferred = group_kind
+        elif role == "user":
+            inferred = TASK
+        elif role in SYSTEM_ROLES:
+            inferred = SYSTEM
+        else:
+            inferred = CONVERSATION
+        if role != "tool" and not (role == "assistant" and tool_calls(message)):
+            group_kind = OBSERVATION
+        annotated = message.get("message_type")
+        kinds.append(annotated if isinstance(annotated, str) else inferred)
+    return kinds
+
+
+def strip_annotations(messages: Sequence[Message]) -> list[Message]:
+    """Copies of annotated messages without the annotation keys; other messages pass as they are."""
+    return [
+        {k: v for k, v in m.items() if k not in ANNOTATION_KEYS} if ANNOTATION_KEYS.intersection(m) else m
+        for m in messages
+    ]
+
+
+# --- structure: leading system, groups, turns ----------------------------------------------
+
+
+def leading_system_count(messages: Sequence[Message]) -> int:
+    """How many system/developer messages open the list."""
+    count = 0
+    for message in messages:
+        if message.get("role") not in SYSTEM_ROLES:
+            break
+        count += 1
+    return count
+
+
+def group_spans(messages: Sequence[Message], start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
+    """``(start, stop)`` index spans of the groups in ``messages[start:end]``.
+
+    An assistant message with tool calls owns every tool message that directly follows it; any
+    other message (a stray tool message included) is a group alone.
+    """
+    stop = len(messages) if end is None else end
+    spans: list[tuple[int, int]] = []
+    i = start
+    while i < stop:
+        j = i + 1
+        if is_action(messages[i]):
+            while j < stop and messages[j].get("role") == "tool":
+                j += 1
+        spans.append((i, j))
+        i = j
+    return spans
+
+
+def groups(messages: Sequence[Message]) -> list[list[Message]]:
+    """The groups of ``messages`` as lists, in order."""
+    return [list(messages[a:b]) for a, b in group_spans(messages)]
+
+
+def turn_spans(messages: Sequence[Message], start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
+    """``(start, stop)`` spans of the turns in ``messages[start:end]``, group-aligned.
+
+    A turn begins at a turn-start message that begins a group; messages before the first one form
+    a preamble turn.
+    """
+    stop = len(messages) if end is None else end
+    starts = [a for a, _ in group_spans(messages, start, stop) if is_turn_start(messages[a])]
+    if not starts or starts[0] != start:
+        starts.insert(0, start)
+    if start == stop:
+        return []
+    bounds = [*starts, stop]
+    return [(bounds[k], bounds[k + 1]) for k in range(len(starts))]
+
+
+def current_turn_start(messages: Sequence[Message]) -> int:
+    """Index of the last turn-start message that begins a group (0 when there is none)."""
+    spans = turn_spans(messages)
+    return spans[-1][0] if spans else 0
+
+
+def newest_user_index(messages: Sequence[Message]) -> int | None:
+    """Index of the newest ``user`` message, if any."""
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].get("role") == "user":
+            return i
+    return None
+
+
+def keep_spans(messages: Sequence[Message], spans: Iterable[tuple[int, int]]) -> list[Message]:
+    """The messages inside ``spans`` (in the order given), as one new list."""
+    kept: list[Message] = []
+    for a, b in spans:
+        kept.extend(messages[a:b])
+    return kept
+
+
+# --- validity (SPEC section 5 invariants) --------------------------------------------------
+
+
+def tool_pair_errors(messages: Sequence[Message]) -> list[str]:
+    """Violations of invariant 1 (tool messages paired with the nearest preceding tool calls)."""
+    errors: list[str] = []
+    open_ids: list[str] | None = None  # unanswered call ids of the current action, None outside one
+    open_at = -1
+    for i, message in enumerate(messages):
+        role = message.get("role")
+        if role == "tool":
+            call_id = message.get("tool_call_id")
+            if open_ids is None:
+                errors.append(f"messages[{i}]: tool message without a preceding assistant tool call")
+            elif call_id not in open_ids:
+                errors.append(f"messages[{i}]: tool_call_id {call_id!r} answers no call of messages[{open_at}]")
+            else:
+                open_ids.remove(call_id)
+            continue
+        if open_ids:
+            errors.append(f"messages[{open_at}]: tool calls {open_ids} not answered before messages[{i}]")
+        open_ids = None
+        if is_action(message):
+            open_ids = tool_call_ids(message)
+            open_at = i
+    return errors
+
+
+def empty_assistant_errors(messages: Sequence[Message]) -> list[str]:
+    """Violations of invariant 3 (an assistant message keeps text or tool calls)."""
+    return [
+        f"messages[{i}]: assistant message with neither content nor tool_calls"
+        for i, m in enumerate(messages)
+        if m.get("role") == "assistant"
+        and not tool_calls(m)
+        and not has_text(m)
+        and not m.get("refusal")
+        and not m.get("audio")
+        and not m.get("function_call")
+    ]
+
+
+MAX_CACHE_MARKS = 4
+
+
+def cache_mark_count(messages: Sequence[Message]) -> int:
+    """``cache_control`` marks on messages and on their content parts."""
+    count = 0
+    for message in messages:
+        if "cache_control" in message:
+            count += 1
+        content = message.get("content")
+        if isinstance(content, list):
+            count += sum(1 for part in content if isinstance(part, dict) and "cache_control" in part)
+    return count
+
+
+def invariant_errors(messages: Sequence[Message]) -> dict[str, list[str]]:
+    """Every invariant violation of a message list, by invariant name."""
+    found = {
+        "non_empty": [] if messages else ["the message list is empty"],
+        "tool_pairs": tool_pair_errors(messages),
+        "assistant_content": empty_assistant_errors(messages),
+        "cache_marks": (
+            [f"{cache_mark_count(messages)} cache_control marks (at most {MAX_CACHE_MARKS})"]
+            if cache_mark_count(messages) > MAX_CACHE_MARKS
+            else []
+        ),
+    }
+    return {name: errors for name, errors in found.items() if errors}
+
+
+def broken_invariants(before: Sequence[Message], after: Sequence[Message]) -> list[str]:
+    """Invariants that ``before`` satisfied and ``after`` breaks, as readable lines.
+
+    An input that already broke an invariant is not held to it (the upstream judges such input).
+    """
+    already = invariant_errors(before)
+    return [
+        f"{name}: {error}"
+        for name, errors in invariant_errors(after).items()
+        if name not in already
+        for error in errors[:3]
+    ]
