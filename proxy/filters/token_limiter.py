@@ -1,0 +1,89 @@
+"""``token_limiter``: drop the oldest groups until the request fits a token limit (AgentKit, seed 001).
+
+AgentKit's ``TokenLimiter`` groups messages into segments (a tool call with all its results, or a
+message alone) and keeps the newest segments that fit the limit, so tool pairs never break. Here
+the segments are the shared groups of ``proxy.messages`` and the count is the full request as
+OpenAI counts it (SPEC section 6). Two things of the source are deliberately not copied: it keeps
+nothing when the newest segment alone is over the limit (an empty history), and it drops the
+system prompt like any other message. Here the leading system messages (``keep_system``), the
+newest user message and the newest group are pinned: they stay even when they alone are over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from pydantic import Field
+
+from proxy.filters.base import Filter, FilterContext
+from proxy.messages import Message, group_spans, keep_spans, leading_system_count, newest_user_index
+from proxy.tokens import TokenCounter
+
+
+def how_many_to_drop(sizes: Sequence[int], excess: int, step: int) -> int:
+    """How many of the oldest droppable groups must go to free ``excess`` tokens, in multiples of ``step``.
+
+    ``sizes`` are the droppable groups' tokens, oldest first. Rounding up to a multiple of ``step``
+    never goes past the last droppable group; when all of them are not enough, all go.
+    """
+    count, freed = 0, 0
+    while count < len(sizes) and freed < excess:
+        freed += sizes[count]
+        count += 1
+    return min(-(-count // step) * step, len(sizes))
+
+
+class TokenLimiter(Filter):
+    """Drop whole groups, oldest first, until the request fits ``limit`` tokens.
+
+    A group is an assistant message with tool calls plus all its results, or any other message
+    alone. The leading system messages (when ``keep_system``), the newest user message and the newest
+    group always stay, even when they alone are over the limit. With ``step`` > 1 the groups go in
+    blocks of ``step``, so consecutive requests of a growing conversation keep the same prefix.
+
+    ```yaml
+    worker: [{type: token_limiter, limit: 16000, encoding: cl100k_base, step: 8}]
+    ```
+    """
+
+    type: Literal["token_limiter"]
+    limit: int = Field(ge=1)
+    """The most tokens the request may hold (OpenAI's chat recipe, reply priming included)."""
+    encoding: Literal["auto", "o200k_base", "cl100k_base"] = "auto"
+    """tiktoken encoding; ``auto`` picks the request model's (o200k_base for unknown models)."""
+    tokenizer: Literal["tiktoken", "approximate"] = "tiktoken"
+    """``approximate`` counts ceil(characters / 4) instead of running tiktoken."""
+    keep_system: bool = True
+    """Pin the leading system/developer messages; false makes them droppable like any other group."""
+    step: int = Field(default=1, ge=1)
+    """Drop groups in blocks of this many, so the kept prefix moves only once per block."""
+
+    cache_friendly = (
+        "with step > 1: the cut moves in blocks of step groups, so consecutive requests keep an identical "
+        "prefix until the next block is due; with step 1 the prefix shifts on almost every request"
+    )
+
+    def budget(self) -> int | None:
+        return self.limit
+
+    def apply(self, messages: list[Message], ctx: FilterContext) -> list[Message]:
+        counter = ctx.tokens.get(model=ctx.model, encoding=self.encoding, tokenizer=self.tokenizer)
+        excess = counter.messages(messages) - self.limit
+        if excess <= 0:
+            return list(messages)
+        lead = leading_system_count(messages) if self.keep_system else 0
+        spans = group_spans(messages, lead)
+        newest_user = newest_user_index(messages)
+        droppable = [
+            span for span in spans[:-1] if newest_user is None or not span[0] <= newest_user < span[1]
+        ]
+        count = how_many_to_drop([_tokens(counter, messages[a:b]) for a, b in droppable], excess, self.step)
+        if count == 0:
+            return list(messages)
+        dropped = set(droppable[:count])
+        return keep_spans(messages, [(0, lead), *(span for span in spans if span not in dropped)])
+
+
+def _tokens(counter: TokenCounter, messages: Sequence[Message]) -> int:
+    return sum(counter.message(m) for m in messages)
