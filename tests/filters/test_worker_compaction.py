@@ -1,0 +1,144 @@
+"""``worker_compaction``: ``tool_result_truncation``, and old assistant messages that are only tool
+calls (no text) are removed with all their results, except the newest one."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from proxy.filters.base import FilterContext
+from proxy.filters.tool_results import WorkerCompaction
+from proxy.messages import (
+    Message,
+    has_text,
+    invariant_errors,
+    is_action,
+    leading_system_count,
+    newest_user_index,
+)
+from tests.factories import (
+    action,
+    assistant,
+    call,
+    corpus_body,
+    corpus_files,
+    exchange,
+    parallel,
+    result,
+    system,
+    user,
+)
+
+CTX = FilterContext(role="worker", model="gpt-4o")
+LONG = "y" * 900
+
+
+def compact(messages: list[Message], **params: object) -> list[Message]:
+    return WorkerCompaction.model_validate({"type": "worker_compaction", **params}).apply(messages, CTX)
+
+
+def test_old_tool_call_only_actions_are_removed_with_their_results() -> None:
+    first, second, newest = exchange("ls", "a"), exchange("cat", "b"), exchange("grep", "c")
+    messages = [system(), user(), *first, *second, *newest]
+    out = compact(messages)
+    assert out == [messages[0], messages[1], *newest]
+
+
+def test_the_newest_tool_call_only_action_is_kept_even_when_text_follows() -> None:
+    old, newest = exchange("ls"), exchange("cat")
+    messages = [user(), *old, *newest, assistant("Here is what I found."), user("thanks, continue")]
+    out = compact(messages)
+    assert out == [messages[0], *newest, *messages[-2:]]
+
+
+def test_actions_with_text_are_kept_whatever_their_age() -> None:
+    reasoned = exchange("ls", text="Let me look around first.")
+    messages = [user(), *reasoned, *exchange("cat"), *exchange("grep")]
+    out = compact(messages)
+    assert out[1:3] == reasoned
+    assert sum(1 for m in out if is_action(m)) == 2
+
+
+def test_parallel_tool_calls_are_removed_as_one_group_with_every_result() -> None:
+    group = parallel("read_a", "read_b", "read_c")
+    messages = [user(), *group, *exchange("final_step")]
+    out = compact(messages)
+    assert out == [messages[0], *messages[-2:]]
+    assert invariant_errors(out) == {}
+
+
+def test_a_trailing_unanswered_action_stays_as_the_input_had_it() -> None:
+    pending = action(call("deploy"))
+    messages = [user(), *exchange("build"), pending]
+    out = compact(messages)
+    assert out == [messages[0], pending]
+    assert invariant_errors(out) == {}
+
+
+def test_results_left_after_removal_are_truncated_as_tool_result_truncation_does() -> None:
+    kept = exchange("ls", output=LONG, text="listing")
+    messages = [
+        user(),
+        *kept,
+        *exchange("cat", output="one"),
+        assistant("noted"),
+        *exchange("grep", output="two"),
+    ]
+    out = compact(messages, keep_recent=1, max_chars=100)
+    assert out[2]["content"].startswith("y" * 100) and "original was 900 chars" in out[2]["content"]
+    assert out[-1] is messages[-1]
+
+
+def test_keep_recent_is_counted_after_the_removal() -> None:
+    reasoned = exchange("ls", output=LONG, text="listing")
+    messages = [user(), *reasoned, *exchange("cat", output=LONG), *exchange("grep", output=LONG)]
+    out = compact(messages, keep_recent=2)
+    assert [m["content"] == LONG for m in out if m["role"] == "tool"] == [True, True]
+
+
+def test_leading_system_and_newest_user_message_are_kept() -> None:
+    messages = [system("rules"), user("old task"), *exchange(), user("new task"), *exchange(), *exchange()]
+    out = compact(messages)
+    assert out[0] is messages[0]
+    assert any(m is messages[newest_user_index(messages) or 0] for m in out)
+
+
+def test_unknown_fields_of_kept_messages_are_kept() -> None:
+    act = action(call("ls"), reasoning_content="thinking...", vendor={"id": 7})
+    res = result(act, LONG, name="ls")
+    out = compact([user(), act, res], keep_recent=0)
+    assert out[1] is act
+    assert out[2]["name"] == "ls" and out[2]["tool_call_id"] == res["tool_call_id"]
+
+
+def test_nothing_to_compact_passes_the_same_objects() -> None:
+    messages = [system(), user(), *exchange(text="doing it"), assistant("done")]
+    out = compact(messages)
+    assert all(a is b for a, b in zip(out, messages, strict=True)) and len(out) == len(messages)
+
+
+def test_input_is_not_mutated() -> None:
+    messages = [
+        user(),
+        *exchange(output=LONG),
+        *parallel("a", "b", outputs=[LONG, LONG]),
+        *exchange(output=LONG),
+    ]
+    snapshot = copy.deepcopy(messages)
+    compact(messages, keep_recent=0)
+    assert messages == snapshot
+
+
+@pytest.mark.parametrize("path", corpus_files(), ids=lambda p: p.stem)
+def test_corpus_output_keeps_the_invariants(path: Path) -> None:
+    messages = corpus_body(path.name)["messages"]
+    out = compact(messages, keep_recent=1, max_chars=100)
+    assert invariant_errors(out) == invariant_errors(messages) == {}
+    lead = leading_system_count(messages)
+    assert out[:lead] == messages[:lead]
+    newest = newest_user_index(messages)
+    assert newest is None or any(m is messages[newest] for m in out)
+    bare = [m for m in out if is_action(m) and not has_text(m)]
+    assert len(bare) <= 1
