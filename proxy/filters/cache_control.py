@@ -16,6 +16,14 @@ class CacheControl(Filter):
     Placed after every chain through the config's ``cache_control`` slot, for upstreams declared
     with ``cache_control: true``; it can also stand in a chain as ``type: cache_control``.
 
+    It first removes the marks equal to the one it places (left by an earlier pass, so applying it
+    twice equals applying it once), keeps every other mark the client set, then walks from the
+    newest message back, skipping the newest ``last_n_messages_offset`` messages, and marks up to
+    ``last_n_messages`` messages whose role is in ``tagged_roles`` and whose content is not empty.
+    A message that already carries a client mark counts as marked. The mark goes on the ``part``
+    content part (string content becomes one text part); a tool message gets it on the message
+    itself, as SWE-agent places it. Client marks count towards the limit of 4 per request.
+
     ```yaml
     cache_control: {last_n_messages: 2, tagged_roles: [user, tool], part: last}
     ```
@@ -41,4 +49,73 @@ class CacheControl(Filter):
         return mark
 
     def apply(self, messages: list[Message], ctx: FilterContext) -> list[Message]:
-        raise NotImplementedError("cache_control is being written")
+        ours = self.mark()
+        result = [without_mark(m, ours) for m in messages]
+        room = max(0, MAX_CACHE_MARKS - cache_mark_count(result))
+        counted = 0
+        for age, i in enumerate(range(len(result) - 1, -1, -1)):
+            if counted >= self.last_n_messages:
+                break
+            message = result[i]
+            if age < self.last_n_messages_offset or not self.eligible(message):
+                continue
+            if not has_mark(message):
+                if room == 0:
+                    break
+                result[i] = self.marked(message)
+                room -= 1
+            counted += 1
+        return result
+
+    def eligible(self, message: Message) -> bool:
+        """A message of a tagged role with non-empty content the mark can sit on."""
+        if message.get("role") not in self.tagged_roles:
+            return False
+        content = message.get("content")
+        if isinstance(content, str):
+            return content != ""
+        if isinstance(content, list) and content:
+            return message.get("role") == "tool" or isinstance(content[self._part_index], dict)
+        return False
+
+    @property
+    def _part_index(self) -> int:
+        return 0 if self.part == "first" else -1
+
+    def marked(self, message: Message) -> Message:
+        """A copy of an eligible ``message`` carrying one new mark."""
+        content = message["content"]
+        parts: list[Any] = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+        if message.get("role") == "tool":
+            # SWE-agent's "workaround for weird bug": a tool message carries the mark itself.
+            return {**message, "content": parts, "cache_control": self.mark()}
+        index = self._part_index % len(parts)
+        parts[index] = {**parts[index], "cache_control": self.mark()}
+        return {**message, "content": parts}
+
+
+def has_mark(message: Message) -> bool:
+    """Whether the message or one of its content parts carries a ``cache_control`` mark."""
+    return cache_mark_count([message]) > 0
+
+
+def without_mark(message: Message, mark: dict[str, Any]) -> Message:
+    """``message`` without the marks equal to ``mark`` (the same object when it has none)."""
+    content = message.get("content")
+    new_content = content
+    if isinstance(content, list) and any(
+        isinstance(p, dict) and p.get("cache_control") == mark for p in content
+    ):
+        new_content = [
+            {k: v for k, v in p.items() if k != "cache_control"}
+            if isinstance(p, dict) and p.get("cache_control") == mark
+            else p
+            for p in content
+        ]
+    own = message.get("cache_control") == mark
+    if new_content is content and not own:
+        return message
+    changed = {k: v for k, v in message.items() if not (own and k == "cache_control")}
+    if new_content is not content:
+        changed["content"] = new_content
+    return changed

@@ -1,0 +1,173 @@
+"""Observation filters from SWE-agent's history processors (seed 003).
+
+- ``last_n_observations``: SWE-agent's ``LastNObservations``. Of the N observations, positions
+  ``[1, max(0, floor(N / polling) * polling - n))`` have their content replaced by
+  ``Old environment output: (L lines omitted)``; the first observation (SWE-agent's instance
+  template) is never elided by count; a keep tag saves an observation, a remove tag elides it even
+  when recent, and remove beats keep.
+- ``tag_tool_call_observations``: SWE-agent's ``TagToolCallObservations``, except that the tags land
+  on the results of the matching calls (where ``last_n_observations`` reads them), not only on the
+  action.
+
+Observations are the messages annotated ``message_type: observation``; when none is annotated, the
+first user message followed by every tool message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pydantic import Field, field_serializer
+
+from proxy.filters.base import Filter, FilterContext
+from proxy.messages import (
+    OBSERVATION,
+    Message,
+    call_name,
+    group_spans,
+    image_count,
+    is_action,
+    tags_of,
+    tool_calls,
+)
+
+TagSet = frozenset[str]
+
+
+def observation_positions(messages: Sequence[Message]) -> list[int]:
+    """Indices of the observations, oldest first.
+
+    The messages annotated ``message_type: observation``; when none is, the first user message
+    (SWE-agent's instance template, an observation there) and every tool message.
+    """
+    annotated = [i for i, m in enumerate(messages) if m.get("message_type") == OBSERVATION]
+    if annotated:
+        return annotated
+    positions = {i for i, m in enumerate(messages) if m.get("role") == "tool"}
+    first_user = next((i for i, m in enumerate(messages) if m.get("role") == "user"), None)
+    if first_user is not None:
+        positions.add(first_user)
+    return sorted(positions)
+
+
+def elided_by_count(observation_count: int, n: int, polling: int) -> range:
+    """Observation positions elided by count: ``[1, max(0, floor(N / polling) * polling - n))``."""
+    return range(1, max(0, (observation_count // polling) * polling - n))
+
+
+def elision_notice(content: Any) -> str:
+    """``Old environment output: (L lines omitted)``, plus `` (I images omitted)`` when there are images.
+
+    L counts ``str.splitlines()`` of the string content, or of every text part summed.
+    """
+    if isinstance(content, str):
+        lines = len(content.splitlines())
+    elif isinstance(content, list):
+        lines = sum(
+            len(part["text"].splitlines())
+            for part in content
+            if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+        )
+    else:
+        lines = 0
+    notice = f"Old environment output: ({lines} lines omitted)"
+    images = image_count(content)
+    if images > 0:
+        notice += f" ({images} images omitted)"
+    return notice
+
+
+def elided(message: Message) -> Message:
+    """A copy of ``message`` whose content is the elision notice (one text part for list content)."""
+    content = message.get("content")
+    notice = elision_notice(content)
+    if isinstance(content, list):
+        return {**message, "content": [{"type": "text", "text": notice}]}
+    return {**message, "content": notice}
+
+
+class LastNObservations(Filter):
+    """Elide all but the newest ``n`` observations, or the tagged ones (SWE-agent's rule).
+
+    ```yaml
+    worker: [{type: last_n_observations, n: 5, polling: 5}]
+    ```
+    """
+
+    type: Literal["last_n_observations"]
+    n: int = Field(ge=1)
+    """How many of the newest observations keep their content."""
+    polling: int = Field(default=1, ge=1)
+    """Move the elision boundary only every ``polling`` observations (keeps between n and n+polling)."""
+    always_keep_output_for_tags: TagSet = Field(default=frozenset({"keep_output"}))
+    """An observation tagged with one of these keeps its content even when old."""
+    always_remove_output_for_tags: TagSet = Field(default=frozenset({"remove_output"}))
+    """An observation tagged with one of these is elided even when recent (beats the keep tags)."""
+    cache_friendly = (
+        "only with polling > 1: the boundary moves once every `polling` observations, so between those "
+        "moves the elided prefix stays identical (polling 1 changes an old message on every new observation)"
+    )
+
+    @field_serializer("always_keep_output_for_tags", "always_remove_output_for_tags")
+    def _sorted(self, tags: TagSet) -> list[str]:
+        return sorted(tags)
+
+    def apply(self, messages: list[Message], ctx: FilterContext) -> list[Message]:
+        positions = observation_positions(messages)
+        by_count = {positions[k] for k in elided_by_count(len(positions), self.n, self.polling)}
+        result = list(messages)
+        for i in positions:
+            tags = tags_of(messages[i])
+            removed = bool(tags & self.always_remove_output_for_tags)
+            kept = bool(tags & self.always_keep_output_for_tags)
+            if removed or (i in by_count and not kept):
+                result[i] = elided(messages[i])
+        return result
+
+
+class TagToolCallObservations(Filter):
+    """Tag the results of calls to the named tools, so ``last_n_observations`` keeps (or drops) them.
+
+    The tags are added to the ``tags`` annotation of every tool message answering a call to one of
+    ``function_names``, and of the action making the call (as SWE-agent does).
+
+    ```yaml
+    worker:
+      - {type: tag_tool_call_observations, function_names: [view_file], tags: [keep_output]}
+      - {type: last_n_observations, n: 5}
+    ```
+    """
+
+    type: Literal["tag_tool_call_observations"]
+    function_names: TagSet = Field(min_length=1)
+    """Tag the results of calls to tools with these names."""
+    tags: TagSet = Field(default=frozenset({"keep_output"}), min_length=1)
+    """Tags added to every matching result (and its action)."""
+    cache_friendly = "yes: annotations only (stripped before forwarding); the content sent is unchanged"
+
+    @field_serializer("function_names", "tags")
+    def _sorted(self, names: TagSet) -> list[str]:
+        return sorted(names)
+
+    def tagged(self, message: Message) -> Message:
+        """``message`` with ``tags`` added to its annotation (the same object when it had them all)."""
+        present = tags_of(message)
+        if self.tags <= present and isinstance(message.get("tags"), list):
+            return message
+        return {**message, "tags": sorted(present | self.tags)}
+
+    def apply(self, messages: list[Message], ctx: FilterContext) -> list[Message]:
+        result = list(messages)
+        for start, stop in group_spans(messages):
+            action = messages[start]
+            if not is_action(action):
+                continue
+            matching = {str(c.get("id")) for c in tool_calls(action) if call_name(c) in self.function_names}
+            if not matching:
+                continue
+            result[start] = self.tagged(action)
+            for i in range(start + 1, stop):
+                if str(messages[i].get("tool_call_id")) in matching:
+                    result[i] = self.tagged(messages[i])
+        return result

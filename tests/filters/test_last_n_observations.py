@@ -1,0 +1,337 @@
+"""``last_n_observations``: SWE-agent's LastNObservations rule, byte for byte."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.config import ConfigError, load_config, parse_config
+from proxy.filters.base import FilterContext
+from proxy.filters.observations import LastNObservations, observation_positions
+from proxy.messages import Message, invariant_errors, text_of
+from tests.factories import action, assistant, corpus_body, corpus_files, exchange, result, system, user
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def elide(messages: list[Message], n: int, polling: int = 1, **tags: Any) -> list[Message]:
+    return LastNObservations(type="last_n_observations", n=n, polling=polling, **tags).apply(
+        messages, FilterContext()
+    )
+
+
+def tool_history(observations: int) -> list[Message]:
+    """system, the task (observation 0), then one bash exchange per further observation."""
+    messages = [system(), user("the instance template")]
+    for k in range(1, observations):
+        messages += exchange("bash", output=f"output {k}\nline two")
+    return messages
+
+
+def elided_observations(before: list[Message], after: list[Message]) -> list[int]:
+    """Which observations (by their place among the observations) had their content replaced."""
+    positions = observation_positions(before)
+    return [k for k, i in enumerate(positions) if after[i]["content"] != before[i]["content"]]
+
+
+# --- the notice ------------------------------------------------------------------------------
+
+
+def test_a_three_line_observation_elides_to_exactly_the_swe_agent_notice() -> None:
+    messages = [user("task"), *exchange(output="a\nb\nc"), *exchange(output="new")]
+    out = elide(messages, n=1)
+    assert out[2]["content"] == "Old environment output: (3 lines omitted)"
+
+
+@pytest.mark.parametrize(
+    ("output", "notice"),
+    [
+        ("a\nb\nc\n", "Old environment output: (3 lines omitted)"),  # a trailing newline adds no line
+        ("a\r\nb", "Old environment output: (2 lines omitted)"),
+        ("one line", "Old environment output: (1 lines omitted)"),
+        ("", "Old environment output: (0 lines omitted)"),
+        ("a\n\nb", "Old environment output: (3 lines omitted)"),
+    ],
+)
+def test_lines_are_counted_as_python_splitlines_counts_them(output: str, notice: str) -> None:
+    messages = [user("task"), *exchange(output=output), *exchange(output="new")]
+    assert elide(messages, n=1)[2]["content"] == notice
+
+
+def test_null_tool_content_counts_zero_lines() -> None:
+    messages = [user("task"), *exchange(), *exchange(output="new")]
+    messages[2] = {**messages[2], "content": None}
+    assert elide(messages, n=1)[2]["content"] == "Old environment output: (0 lines omitted)"
+
+
+def test_list_content_elides_to_one_text_part_counting_every_text_part_and_the_images() -> None:
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    parts = [{"type": "text", "text": "x\ny"}, image, {"type": "text", "text": "z"}, image]
+    messages = [user("task"), *exchange(), *exchange(output="new")]
+    messages[2] = {**messages[2], "content": parts}
+    assert elide(messages, n=1)[2]["content"] == [
+        {"type": "text", "text": "Old environment output: (3 lines omitted) (2 images omitted)"}
+    ]
+
+
+def test_only_content_changes_so_tool_pairs_stay_valid() -> None:
+    messages = [user("task"), *exchange(output="old"), *exchange(output="new")]
+    messages[2] = {**messages[2], "name": "bash", "vendor_key": 1}
+    out = elide(messages, n=1)
+    assert {k: v for k, v in out[2].items() if k != "content"} == {
+        k: v for k, v in messages[2].items() if k != "content"
+    }
+    assert invariant_errors(out) == {}
+
+
+# --- which observations ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("total", "n", "polling", "elided"),
+    [
+        (10, 5, 1, [1, 2, 3, 4]),  # 10 - 5 = 5 -> [1, 5)
+        (7, 5, 1, [1]),  # 7 - 5 = 2 -> [1, 2)
+        (6, 5, 1, []),  # 6 - 5 = 1 -> [1, 1)
+        (3, 5, 1, []),  # max(0, -2) = 0
+        (12, 5, 5, [1, 2, 3, 4]),  # floor(12/5)*5 - 5 = 5
+        (14, 5, 5, [1, 2, 3, 4]),  # still 5: the newest 9 observations keep their output
+        (15, 5, 5, [1, 2, 3, 4, 5, 6, 7, 8, 9]),  # 15 - 5 = 10
+        (9, 2, 4, [1, 2, 3, 4, 5]),  # floor(9/4)*4 - 2 = 6
+        (7, 1, 3, [1, 2, 3, 4]),  # floor(7/3)*3 - 1 = 5
+        (4, 1, 1, [1, 2]),  # 4 - 1 = 3
+    ],
+)
+def test_polling_arithmetic_elides_positions_one_to_floor_n_over_polling_times_polling_minus_n(
+    total: int, n: int, polling: int, elided: list[int]
+) -> None:
+    messages = tool_history(total)
+    assert elided_observations(messages, elide(messages, n=n, polling=polling)) == elided
+
+
+def test_polling_keeps_between_n_and_n_plus_polling_observations_and_moves_in_blocks() -> None:
+    kept_counts = []
+    for total in range(6, 21):
+        messages = tool_history(total)
+        kept_counts.append(total - len(elided_observations(messages, elide(messages, n=5, polling=5))))
+    # observation 0 is never elided, so it is counted on top of the n..n+polling recent ones
+    assert all(5 <= kept - 1 <= 5 + 5 for kept in kept_counts)
+    assert kept_counts == [6, 7, 8, 9, 6, 7, 8, 9, 10, 6, 7, 8, 9, 10, 6]
+
+
+def test_first_observation_is_never_elided_by_count() -> None:
+    messages = tool_history(30)
+    out = elide(messages, n=1)
+    assert out[1] is messages[1]
+    assert elided_observations(messages, out) == list(range(1, 29))
+
+
+def test_unchanged_messages_are_the_same_objects_and_the_input_is_not_mutated() -> None:
+    messages = tool_history(8)
+    snapshot = copy.deepcopy(messages)
+    out = elide(messages, n=2)
+    assert messages == snapshot
+    assert all(out[i] is messages[i] for i in range(len(messages)) if messages[i].get("role") != "tool")
+
+
+def test_actions_and_assistant_text_are_never_touched() -> None:
+    messages = [user("task"), assistant("thinking"), *exchange(text="let me look"), *exchange(), *exchange()]
+    out = elide(messages, n=1)
+    assert [m for m in out if m["role"] == "assistant"] == [m for m in messages if m["role"] == "assistant"]
+
+
+# --- tags ------------------------------------------------------------------------------------
+
+
+def test_keep_tag_saves_an_old_observation() -> None:
+    messages = tool_history(6)
+    messages[3] = {**messages[3], "tags": ["keep_output"]}
+    assert elided_observations(messages, elide(messages, n=2)) == [2, 3]
+
+
+def test_remove_tag_elides_an_observation_even_when_recent() -> None:
+    messages = tool_history(4)
+    messages[-1] = {**messages[-1], "tags": ["remove_output"]}
+    out = elide(messages, n=5)
+    assert out[-1]["content"] == "Old environment output: (2 lines omitted)"
+    assert elided_observations(messages, out) == [3]
+
+
+def test_remove_tag_beats_keep_tag() -> None:
+    messages = tool_history(4)
+    messages[-1] = {**messages[-1], "tags": ["keep_output", "remove_output"]}
+    assert elided_observations(messages, elide(messages, n=5)) == [3]
+
+
+def test_remove_tag_elides_even_the_first_observation() -> None:
+    messages = tool_history(3)
+    messages[1] = {**messages[1], "tags": ["remove_output"]}
+    assert elide(messages, n=5)[1]["content"] == "Old environment output: (1 lines omitted)"
+
+
+def test_remove_tag_on_a_user_task_message_is_ignored() -> None:
+    later_task = user("a later task", tags=["remove_output"])
+    messages = [*tool_history(3), later_task, *exchange()]
+    assert elide(messages, n=5)[6] is later_task
+
+
+def test_remove_tag_on_an_action_is_ignored() -> None:
+    tagged = action(tags=["remove_output"])
+    messages = [user("task"), tagged, result(tagged)]
+    assert elide(messages, n=5) == messages
+
+
+def test_configured_tag_sets_replace_the_defaults() -> None:
+    messages = tool_history(6)
+    messages[3] = {**messages[3], "tags": ["pinned"]}
+    messages[-1] = {**messages[-1], "tags": ["noise"]}
+    out = elide(
+        messages, n=2, always_keep_output_for_tags={"pinned"}, always_remove_output_for_tags={"noise"}
+    )
+    assert elided_observations(messages, out) == [2, 3, 5]
+
+
+# --- what counts as an observation -----------------------------------------------------------
+
+
+def test_without_annotations_the_first_user_message_and_every_tool_message_are_observations() -> None:
+    messages = [system(), user("template"), *exchange(), user("follow-up"), *exchange()]
+    assert observation_positions(messages) == [1, 3, 6]
+
+
+def test_annotated_observations_replace_the_inferred_ones() -> None:
+    # a text-action agent (SWE-agent without function calling): observations are user messages
+    messages = [system(), user("template", message_type="observation")]
+    for k in range(4):
+        messages += [assistant(f"```\nls {k}\n```"), user(f"out {k}\nmore", message_type="observation")]
+    messages += [*exchange(output="an unannotated tool result")]
+    out = elide(messages, n=2)
+    assert observation_positions(messages) == [1, 3, 5, 7, 9]
+    assert [m["content"] for m in out[3:6:2]] == ["Old environment output: (2 lines omitted)"] * 2
+    assert out[1] is messages[1] and out[7] is messages[7] and out[-1] is messages[-1]
+
+
+def test_a_text_action_conversation_without_annotations_keeps_everything() -> None:
+    messages = [system(), user("template")]
+    for k in range(8):
+        messages += [assistant(f"```\nls {k}\n```"), user(f"out {k}")]
+    assert elide(messages, n=1) == messages
+
+
+# --- config ----------------------------------------------------------------------------------
+
+
+def _chain(filter_: dict[str, Any]) -> Any:
+    raw = {"upstreams": {"mock": {"base_url": "mock://"}}, "policies": {"roles": {"worker": [filter_]}}}
+    return parse_config(raw).policies.roles["worker"][0]
+
+
+def test_n_is_required_and_positive_and_polling_positive() -> None:
+    for bad, message in [
+        ({}, "policies.roles.worker[0].n: required"),
+        ({"n": 0}, "policies.roles.worker[0].n: must be >= 1"),
+        ({"n": 3, "polling": 0}, "policies.roles.worker[0].polling: must be >= 1"),
+    ]:
+        with pytest.raises(ConfigError) as caught:
+            _chain({"type": "last_n_observations", **bad})
+        assert caught.value.errors == [message]
+
+
+def test_tag_sets_accept_yaml_lists() -> None:
+    configured = _chain(
+        {"type": "last_n_observations", "n": 3, "always_keep_output_for_tags": ["a", "b", "a"]}
+    )
+    assert configured.always_keep_output_for_tags == frozenset({"a", "b"})
+    assert configured.describe()["always_keep_output_for_tags"] == ["a", "b"]
+
+
+def test_example_config_enables_the_filter() -> None:
+    config = load_config(ROOT / "config" / "examples" / "last_n_observations.yaml")
+    assert any(
+        f.type_name == "last_n_observations" for chain in config.policies.roles.values() for f in chain
+    )
+    assert (
+        (ROOT / "docs" / "filters" / "last_n_observations.md")
+        .read_text(encoding="utf-8")
+        .startswith("### last_n_observations")
+    )
+
+
+# --- parity with SWE-agent's own loop on annotated histories ----------------------------------
+
+
+def swe_agent_rule(history: list[Message], n: int, polling: int) -> list[Message]:
+    """SWE-agent's LastNObservations restated (annotated observations, default tags, string content)."""
+    indices = [i for i, m in enumerate(history) if m.get("message_type") == "observation"]
+    omit = set(indices[1 : max(0, (len(indices) // polling) * polling - n)])
+    out = []
+    for i, m in enumerate(history):
+        tags = set(m.get("tags", []))
+        if (i not in omit or "keep_output" in tags) and "remove_output" not in tags:
+            out.append(m)
+        else:
+            out.append(
+                {**m, "content": f"Old environment output: ({len(m['content'].splitlines())} lines omitted)"}
+            )
+    return out
+
+
+history_entries = st.tuples(
+    st.booleans(),
+    st.sampled_from([[], ["keep_output"], ["remove_output"], ["keep_output", "remove_output"]]),
+    st.text(alphabet="ab\n", max_size=8),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(history_entries, max_size=25), st.integers(1, 6), st.integers(1, 6))
+def test_matches_swe_agent_on_annotated_histories(
+    entries: list[tuple[bool, list[str], str]], n: int, polling: int
+) -> None:
+    history: list[Message] = [system()]
+    for is_observation, tags, text in entries:
+        if is_observation:
+            history.append(user(text, message_type="observation", tags=tags))
+        else:
+            history.append(assistant(text or "act"))
+    assert elide(history, n=n, polling=polling) == swe_agent_rule(history, n, polling)
+
+
+# --- corpus ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", corpus_files(), ids=lambda p: p.name)
+def test_corpus_output_keeps_the_invariants_and_elides_by_the_rule(path: Path) -> None:
+    messages = corpus_body(path.name)["messages"]
+    snapshot = copy.deepcopy(messages)
+    for n, polling in [(1, 1), (3, 5)]:
+        out = elide(messages, n=n, polling=polling)
+        assert messages == snapshot
+        assert invariant_errors(out) == {}
+        assert [m["role"] for m in out] == [m["role"] for m in messages]
+        positions = observation_positions(messages)
+        expected = list(range(1, max(0, (len(positions) // polling) * polling - n)))
+        assert [k for k, i in enumerate(positions) if out[i] is not messages[i]] == expected
+        assert all(
+            text_of(out[positions[k]]["content"]).startswith("Old environment output: (") for k in expected
+        )
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in corpus_files() if "tool_call_id" not in p.read_text(encoding="utf-8")],
+    ids=lambda p: p.name,
+)
+def test_corpus_text_action_files_elide_annotated_user_observations(path: Path) -> None:
+    messages = corpus_body(path.name)["messages"]
+    annotated = [{**m, "message_type": "observation"} if m["role"] == "user" else m for m in messages]
+    out = elide(annotated, n=2)
+    assert invariant_errors(out) == {}
+    users = [i for i, m in enumerate(annotated) if m["role"] == "user"]
+    assert out[users[0]] is annotated[users[0]]
+    assert all(out[i]["content"].startswith("Old environment output") for i in users[1:-2])
