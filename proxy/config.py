@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_core import ErrorDetails
 
 from proxy.filters import FILTER_TYPES, Filter
 from proxy.filters.cache_control import CacheControl
@@ -58,7 +59,7 @@ class UpstreamConfig(_Strict):
 
     @property
     def is_mock(self) -> bool:
-        return self.base_url.startswith("mock://") or (self.mock_when_no_key and self.key is None)
+        return self.base_url.startswith("mock:") or (self.mock_when_no_key and self.key is None)
 
 
 class RouteConfig(_Strict):
@@ -193,10 +194,11 @@ def interpolate(value: Any, env: dict[str, str] | None = None, where: str = "") 
 
             def substitute(match: re.Match[str]) -> str:
                 name, default = match.group(1), match.group(2)
-                if name in environ:
-                    return environ[name]
-                if default is not None:
-                    return default
+                value = environ.get(name)
+                if default is not None:  # shell semantics: ${NAME:-x} also replaces an empty value
+                    return value or default
+                if value is not None:
+                    return value
                 errors.append(f"{path}: environment variable {name} is not set")
                 return ""
 
@@ -230,7 +232,7 @@ def _format_loc(loc: tuple[Any, ...], raw: Any) -> str:
     return out or "(top level)"
 
 
-def _format_message(error: dict[str, Any]) -> str:
+def _format_message(error: ErrorDetails) -> str:
     kind = error["type"]
     ctx = error.get("ctx") or {}
     if kind == "greater_than":
