@@ -1,0 +1,436 @@
+"""The ASGI app: routes, lifespan, error rendering, one access line per request.
+
+``create_app(config)`` builds a Starlette app around one :class:`~proxy.pipeline.Pipeline` and one
+:class:`~proxy.upstream.Upstreams` (the shared httpx client, opened in the lifespan).
+``app_from_env()`` is the factory ``uvicorn --factory`` calls in each worker; it reads the config
+path from ``HISTORY_PROXY_CONFIG``.
+
+Routes: ``POST /v1/chat/completions`` (filtered, forwarded), ``POST /v1/history/preview`` (filtered,
+not forwarded), any other ``/v1/...`` (forwarded unchanged), ``GET /healthz``, ``GET /metrics``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.background import BackgroundTask
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from proxy.config import Config, ConfigError, load_config, summary
+from proxy.errors import (
+    FilterError,
+    InvalidRequestError,
+    NotFoundError,
+    PayloadTooLargeError,
+    ProxyError,
+    error_body,
+)
+from proxy.identity import Identity, resolve_identity
+from proxy.metrics import Exchange, Metrics, request_id_for
+from proxy.pipeline import Pipeline, PipelineResult
+from proxy.tokens import TokenCounters
+from proxy.upstream import Body, UpstreamReply, Upstreams
+
+CONFIG_ENV = "HISTORY_PROXY_CONFIG"
+CLIENT_CLOSED = 499  # nginx's status for a client that went away before the answer
+
+log = logging.getLogger("history_proxy")
+
+_HEADER_UNSAFE = re.compile(r"[^\x20-\x7e]")
+
+
+def encode_json(body: Any) -> bytes:
+    """Compact UTF-8 JSON, the one serialization of a filtered body."""
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_body(raw: bytes) -> dict[str, Any]:
+    """The request body as a JSON object, or a 400 saying what to send instead."""
+    try:
+        body = json.loads(raw, parse_constant=_reject_constant)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidRequestError(
+            f"the request body is not valid JSON ({exc}); send a JSON object with 'model' and 'messages'",
+            code="invalid_json",
+        ) from None
+    if not isinstance(body, dict):
+        raise InvalidRequestError(
+            f"the request body must be a JSON object with 'model' and 'messages', not a JSON {type(body).__name__}",
+            code="invalid_json",
+        )
+    return body
+
+
+def _too_large(limit: int, size: str) -> PayloadTooLargeError:
+    return PayloadTooLargeError(
+        f"the request body is {size} bytes; this proxy accepts at most {limit} (limits.max_body_bytes)"
+    )
+
+
+def _check_declared_length(request: Request, limit: int) -> None:
+    declared = request.headers.get("content-length")
+    if declared is not None and not declared.strip().isdigit():
+        raise InvalidRequestError(
+            "the Content-Length header must be a number of bytes", code="invalid_header"
+        )
+    if declared is not None and int(declared) > limit:
+        raise _too_large(limit, declared.strip())
+
+
+async def capped_stream(request: Request, limit: int) -> AsyncIterator[bytes]:
+    """The body as it arrives; 413 when Content-Length or the bytes so far exceed ``limit``."""
+    _check_declared_length(request, limit)
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit, f"over {limit}")
+        yield chunk
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The whole body, refusing (413) anything over ``limit`` bytes before or while reading it."""
+    return b"".join([chunk async for chunk in capped_stream(request, limit)])
+
+
+def _has_body(request: Request) -> bool:
+    return request.headers.get("content-length", "0") != "0" or "transfer-encoding" in request.headers
+
+
+def _model_of(raw: bytes) -> str:
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return ""
+    model = body.get("model") if isinstance(body, dict) else None
+    return model if isinstance(model, str) else ""
+
+
+def _header_value(value: object) -> str:
+    return _HEADER_UNSAFE.sub("?", str(value))
+
+
+def history_headers(result: PipelineResult, role: str) -> dict[str, str]:
+    """The ``x-history-*`` headers describing what the chain did."""
+    applied = [*result.applied, *result.report.get("notes", [])]
+    if result.failed_filter:
+        applied.append(f"failed:{result.failed_filter}")
+    return {
+        "x-history-role": _header_value(role),
+        "x-history-filters": _header_value(",".join(applied)),
+        "x-history-tokens-before": str(result.tokens_before),
+        "x-history-tokens-after": str(result.tokens_after),
+        "x-history-messages-before": str(result.messages_before),
+        "x-history-messages-after": str(result.messages_after),
+    }
+
+
+class _Proxy:
+    """The app's state and handlers: one config, pipeline, upstream client and metrics registry."""
+
+    def __init__(self, config: Config, config_path: str | None) -> None:
+        self.config = config
+        self.config_path = config_path
+        self.metrics = Metrics(config)
+        self.upstreams = Upstreams(config)
+        self.pipeline = Pipeline(config, TokenCounters(), summarizer=self.upstreams)
+
+    @asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        try:
+            await self.upstreams.start()
+            self.pipeline.tokens.get()  # load the default encoding now, not during the first request
+            log.info(
+                "history-proxy ready: %s (config %s)",
+                summary(self.config),
+                self.config_path or "given in code",
+            )
+            yield
+        finally:
+            await self.upstreams.stop()
+
+    # --- bookkeeping -------------------------------------------------------------------------
+
+    def begin(self, request: Request) -> Exchange:
+        exchange = Exchange(
+            request_id_for(request.headers), request.method, request.url.path, time.perf_counter()
+        )
+        request.state.exchange = exchange
+        return exchange
+
+    def identify(self, request: Request, exchange: Exchange) -> Identity:
+        exchange.identity = resolve_identity(self.config, request.headers)
+        return exchange.identity
+
+    def finish(self, exchange: Exchange, status: int | None = None) -> None:
+        """Count and log the request once, however it ended."""
+        self.metrics.finish(exchange, status)
+
+    # --- routes ------------------------------------------------------------------------------
+
+    async def chat_completions(self, request: Request) -> Response:
+        exchange = self.begin(request)
+        identity = self.identify(request, exchange)
+        body = parse_body(await read_body(request, self.config.limits.max_body_bytes))
+        names = self._route(body, exchange)
+        exchange.stream = body.get("stream") is True
+        result = exchange.result = await self.pipeline.run(body, identity, names[0])
+        content = encode_json(result.body)
+        marks = self.config.upstreams[names[0]].cache_control
+
+        async def body_for(name: str) -> bytes:
+            if self.config.upstreams[name].cache_control == marks:
+                return content
+            return encode_json((await self.pipeline.run(body, identity, name)).body)  # other cache marks
+
+        reply = await self._open(request, "/chat/completions", names, body_for)
+        return await self._respond(reply, exchange, history_headers(result, identity.role))
+
+    async def preview(self, request: Request) -> Response:
+        exchange = self.begin(request)
+        identity = self.identify(request, exchange)
+        body = parse_body(await read_body(request, self.config.limits.max_body_bytes))
+        names = self._route(body, exchange)
+        exchange.upstream = None  # nothing is forwarded
+        result = exchange.result = await self.pipeline.run(body, identity, names[0])
+        headers = {**history_headers(result, identity.role), "x-request-id": exchange.request_id}
+        response = JSONResponse({"body": result.body, "report": result.report}, headers=headers)
+        self.finish(exchange, 200)
+        return response
+
+    async def forward(self, request: Request) -> Response:
+        exchange = self.begin(request)
+        self.identify(request, exchange)
+        limit = self.config.limits.max_body_bytes
+        body: Body = None
+        model = ""
+        if _has_body(request):
+            if "json" in request.headers.get("content-type", ""):
+                body = await read_body(request, limit)
+                model = _model_of(body)
+            else:
+                body = capped_stream(request, limit)  # uploads go through unread, to the default upstream
+        names = self._route({"model": model}, exchange)
+        raw_path = request.scope.get("raw_path") or request.url.path.encode()
+        reply = await self._open(request, raw_path.decode("latin-1").removeprefix("/v1"), names, body)
+        return await self._respond(reply, exchange, {})
+
+    async def healthz(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def metrics_text(self, request: Request) -> Response:
+        content, media_type = self.metrics.render()
+        return Response(content, media_type=media_type)
+
+    # --- forwarding --------------------------------------------------------------------------
+
+    def _route(self, body: dict[str, Any], exchange: Exchange) -> list[str]:
+        model = body.get("model")
+        exchange.model = model if isinstance(model, str) and model else None
+        names = self.config.route(exchange.model or "")
+        exchange.upstream = names[0]
+        return names
+
+    async def _open(self, request: Request, path: str, names: list[str], body: Body) -> UpstreamReply:
+        return await self.upstreams.open(
+            request.method,
+            path,
+            query=request.url.query,
+            headers=request.headers.items(),
+            names=names,
+            body=body,
+        )
+
+    async def _respond(self, reply: UpstreamReply, exchange: Exchange, extra: dict[str, str]) -> Response:
+        exchange.upstream, exchange.attempts = reply.upstream, reply.attempts
+        exchange.status = reply.status_code
+        waited_ms = reply.wait_ms
+        response: Response
+        if reply.ok:
+            response = _UpstreamStream(reply, lambda: self._streamed(reply, exchange))
+        else:
+            read_started = time.perf_counter()
+            response = Response(await reply.read(), status_code=reply.status_code)  # verbatim
+            waited_ms += (time.perf_counter() - read_started) * 1000
+        for name, value in reply.headers:
+            response.headers.append("x-upstream-request-id" if name == "x-request-id" else name, value)
+        for name, value in extra.items():
+            response.headers[name] = value
+        response.headers["x-request-id"] = exchange.request_id
+        exchange.overhead_ms = exchange.elapsed_ms() - waited_ms
+        if extra:
+            response.headers["x-history-overhead-ms"] = f"{exchange.overhead_ms:.2f}"
+        if not reply.ok:
+            self.finish(exchange)
+        return response
+
+    def _streamed(self, reply: UpstreamReply, exchange: Exchange) -> None:
+        exchange.broken = reply.broken
+        if not reply.complete and not reply.broken:
+            exchange.status = CLIENT_CLOSED
+        self.finish(exchange)
+
+    # --- errors ------------------------------------------------------------------------------
+
+    async def on_proxy_error(self, request: Request, exc: Exception) -> Response:
+        """Render any ``ProxyError`` in OpenAI's error shape."""
+        if not isinstance(exc, ProxyError):  # pragma: no cover - registered for ProxyError only
+            raise exc
+        exchange: Exchange | None = getattr(request.state, "exchange", None)
+        request_id = exchange.request_id if exchange else request_id_for(request.headers)
+        if isinstance(exc, FilterError):
+            self.metrics.observe_filter_failure(exc.filter_type)
+            log.error("filter %s at %s failed (request %s)", exc.filter_type, exc.position, request_id)
+        if exchange is not None:
+            self.finish(exchange, exc.status_code)
+        return JSONResponse(
+            exc.body(), status_code=exc.status_code, headers={**exc.headers(), "x-request-id": request_id}
+        )
+
+    async def on_http_error(self, request: Request, exc: Exception) -> Response:
+        """Starlette's own 404/405 in OpenAI's error shape."""
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        if status == 404:
+            error = NotFoundError(
+                f"no route {request.method} {request.url.path}: this proxy serves /v1/... (OpenAI API), "
+                "POST /v1/history/preview, GET /healthz and GET /metrics"
+            )
+            return await self.on_proxy_error(request, error)
+        headers = dict(exc.headers or {}) if isinstance(exc, HTTPException) else {}
+        message = f"{request.method} is not allowed on {request.url.path}" if status == 405 else str(exc)
+        body = error_body(
+            message, "invalid_request_error", code="method_not_allowed" if status == 405 else None
+        )
+        return JSONResponse(body, status_code=status, headers=headers)
+
+    def on_unhandled(self, scope: Scope, exc: BaseException) -> str:
+        """Log a bug with its traceback (never the body), count it, and return the request id."""
+        exchange = scope.get("state", {}).get("exchange")
+        request_id = exchange.request_id if isinstance(exchange, Exchange) else uuid.uuid4().hex
+        if isinstance(exc, ClientDisconnect):
+            log.info("client went away before the answer to request %s was sent", request_id)
+            status = CLIENT_CLOSED
+        else:
+            log.error(
+                "unhandled error answering %s %s (request %s)",
+                scope.get("method"),
+                scope.get("path"),
+                request_id,
+                exc_info=exc,
+            )
+            status = 500
+        if isinstance(exchange, Exchange):
+            self.finish(exchange, status)
+        return request_id
+
+
+class _UpstreamStream(StreamingResponse):
+    """An upstream body streamed through, closed and recorded however the response ends.
+
+    Starlette leaves the body iterator open when the client goes away mid-stream, and skips the
+    background task when sending fails; closing here as well releases the upstream at once.
+    """
+
+    def __init__(self, reply: UpstreamReply, on_done: Callable[[], None]) -> None:
+        super().__init__(
+            reply.stream(), status_code=reply.status_code, background=BackgroundTask(reply.aclose)
+        )
+        self._reply = reply
+        self._on_done = on_done
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            close = getattr(self.body_iterator, "aclose", None)
+            if close is not None:
+                await close()
+            await self._reply.aclose()
+            self._on_done()
+
+
+class _LastResort:
+    """Outermost guard: a bug answers a plain 500 ``server_error`` and never a traceback."""
+
+    def __init__(self, app: ASGIApp, proxy: _Proxy) -> None:
+        self.app = app
+        self.proxy = proxy
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        scope.setdefault("state", {})
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception as exc:  # noqa: BLE001 - the last guard: log it, answer 500, keep serving
+            request_id = self.proxy.on_unhandled(scope, exc)
+            if not started and not isinstance(exc, ClientDisconnect):
+                body = error_body(
+                    f"internal error in the proxy; its log has the details (request {request_id})",
+                    "server_error",
+                )
+                await JSONResponse(body, status_code=500, headers={"x-request-id": request_id})(
+                    scope, receive, send
+                )
+
+
+def create_app(config: Config, *, config_path: str | None = None) -> Starlette:
+    """The proxy as an ASGI app for ``config``; the upstream client opens in its lifespan."""
+    proxy = _Proxy(config, config_path)
+    routes = [
+        Route("/v1/chat/completions", proxy.chat_completions, methods=["POST"]),
+        Route("/v1/history/preview", proxy.preview, methods=["POST"]),
+        Route(
+            "/v1/{path:path}",
+            proxy.forward,
+            methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],
+        ),
+        Route("/healthz", proxy.healthz, methods=["GET"]),
+        Route("/metrics", proxy.metrics_text, methods=["GET"]),
+    ]
+    app = Starlette(
+        routes=routes,
+        lifespan=proxy.lifespan,
+        middleware=[Middleware(_LastResort, proxy=proxy)],
+        exception_handlers={ProxyError: proxy.on_proxy_error, HTTPException: proxy.on_http_error},
+    )
+    app.state.proxy = proxy
+    return app
+
+
+def app_from_env() -> Starlette:
+    """The app for ``uvicorn --factory``: config from ``$HISTORY_PROXY_CONFIG`` or the default file."""
+    path = os.environ.get(CONFIG_ENV) or None
+    try:
+        config = load_config(path)
+    except ConfigError as exc:
+        sys.stderr.write("".join(f"{exc.source}: {line}\n" for line in exc.errors))
+        raise SystemExit(1) from None
+    return create_app(config, config_path=path)

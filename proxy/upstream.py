@@ -1,0 +1,409 @@
+"""Forwarding to upstreams: the one shared httpx client, header hygiene, retries, fallbacks, streaming.
+
+What a client sees for each outcome of :meth:`Upstreams.open` and :meth:`UpstreamReply.stream`:
+
+    connect error / connect timeout           retried with backoff, then the route's fallbacks, then
+                                              502 UpstreamUnavailableError / 504 UpstreamTimeoutError
+    429, 502, 503 before any byte was sent    retried (Retry-After honoured up to a cap), then fallbacks,
+                                              then the last answer passed through
+    read timeout before the headers           504 UpstreamTimeoutError (not retried: the upstream may
+                                              already be working on it)
+    reset / protocol error before headers     502 UpstreamUnavailableError (not retried, same reason)
+    any other answer                          passed through: status, end-to-end headers, raw bytes
+    failure after the first byte              SSE: in-band ``data: {"error": ...}`` then ``data: [DONE]``;
+                                              other bodies just end
+
+Only this module imports httpx; ``app.py`` turns an :class:`UpstreamReply` into a response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import logging
+import random
+import socket
+import time
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import httpx
+import uvicorn
+
+from proxy.config import Config, UpstreamConfig
+from proxy.errors import ProxyError, UpstreamTimeoutError, UpstreamUnavailableError
+from proxy.messages import Message, strip_annotations
+
+log = logging.getLogger("history_proxy.upstream")
+
+HOP_BY_HOP = frozenset(
+    {"connection", "keep-alive", "te", "trailer", "trailers", "transfer-encoding", "upgrade"}
+)
+NOT_FORWARDED = frozenset({"host", "content-length", "accept-encoding", "authorization"})
+# the proxy's server writes its own Date and Server; two of each would be a malformed answer
+NOT_RETURNED = frozenset({"content-length", "date", "server"})
+RETRY_STATUSES = frozenset({429, 502, 503})
+
+Body = bytes | Callable[[str], Awaitable[bytes]] | AsyncIterable[bytes] | None
+"""What to send: fixed bytes, bytes built per upstream (a fallback may need other cache marks),
+a one-shot stream (never retried), or nothing."""
+
+
+def _dropped_names(headers: Iterable[tuple[str, str]]) -> set[str]:
+    """Hop-by-hop names: the fixed list plus any that a ``Connection`` header names."""
+    named = {
+        token.strip().lower()
+        for name, value in headers
+        if name.lower() == "connection"
+        for token in value.split(",")
+    }
+    return set(HOP_BY_HOP) | named
+
+
+def _end_to_end(headers: Sequence[tuple[str, str]], also_drop: frozenset[str]) -> list[tuple[str, str]]:
+    drop = _dropped_names(headers) | also_drop
+    return [
+        (n.lower(), v) for n, v in headers if n.lower() not in drop and not n.lower().startswith("proxy-")
+    ]
+
+
+def request_headers(
+    client_headers: Sequence[tuple[str, str]], upstream: UpstreamConfig, *, client_auth_is_proxy_key: bool
+) -> list[tuple[str, str]]:
+    """Headers to send upstream: end-to-end client headers, the right Authorization, identity encoding.
+
+    The upstream's own key replaces the client's Authorization. A client Authorization that carries
+    a proxy key (``auth.keys`` configured) is never forwarded.
+    """
+    out = _end_to_end(client_headers, NOT_FORWARDED)
+    if upstream.key is not None:
+        out.append(("authorization", f"Bearer {upstream.key}"))
+    elif not client_auth_is_proxy_key:
+        out += [(n.lower(), v) for n, v in client_headers if n.lower() == "authorization"]
+    # raw bytes are streamed back as they are; identity keeps them readable for the proxy's own errors
+    out.append(("accept-encoding", "identity"))
+    return out
+
+
+def response_headers(headers: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """End-to-end upstream response headers to return (Content-Encoding kept: the bytes are raw)."""
+    return _end_to_end(headers, NOT_RETURNED)
+
+
+def retry_after_s(headers: httpx.Headers) -> float | None:
+    """Seconds an upstream asked us to wait (``retry-after-ms``, ``retry-after`` seconds or date)."""
+    millis = headers.get("retry-after-ms")
+    if millis is not None:
+        try:
+            return max(0.0, float(millis) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        moment = email.utils.parsedate_tz(value)
+        return None if moment is None else max(0.0, email.utils.mktime_tz(moment) - time.time())
+
+
+def sse_error_event(error: ProxyError) -> bytes:
+    """An OpenAI-style in-band error event followed by the end-of-stream marker."""
+    return b"data: " + json.dumps(error.body(), separators=(",", ":")).encode() + b"\n\ndata: [DONE]\n\n"
+
+
+@dataclass
+class UpstreamReply:
+    """An upstream answer whose headers arrived; the body is still to be read or streamed."""
+
+    upstream: str
+    response: httpx.Response
+    attempts: int
+    wait_ms: float
+    """Time spent waiting for upstreams (sends and backoff), excluded from the proxy overhead."""
+    broken: bool = field(default=False, init=False)
+    """Set when the body broke off after streaming started."""
+    complete: bool = field(default=False, init=False)
+    """Set when the whole body was relayed."""
+
+    @property
+    def status_code(self) -> int:
+        return self.response.status_code
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.response.status_code < 300
+
+    @property
+    def is_sse(self) -> bool:
+        return str(self.response.headers.get("content-type", "")).startswith("text/event-stream")
+
+    @property
+    def headers(self) -> list[tuple[str, str]]:
+        """End-to-end response headers (hop-by-hop, Content-Length, Date and Server dropped)."""
+        return response_headers(self.response.headers.multi_items())
+
+    async def read(self) -> bytes:
+        """The whole raw body (for error answers, passed through verbatim)."""
+        try:
+            return b"".join([chunk async for chunk in self.response.aiter_raw()])
+        except httpx.HTTPError as exc:
+            raise _transport_error(self.upstream, exc) from None
+        finally:
+            await self.aclose()
+
+    async def stream(self) -> AsyncIterator[bytes]:
+        """The raw body as it arrives; a failure after the first byte ends it as the docstring above says."""
+        try:
+            async for chunk in self.response.aiter_raw():
+                yield chunk
+            self.complete = True
+        except httpx.HTTPError as exc:
+            self.broken = True
+            error = _transport_error(self.upstream, exc, mid_stream=True)
+            log.warning("upstream %s broke off mid-stream: %s", self.upstream, error.message)
+            if self.is_sse:
+                yield sse_error_event(error)
+        finally:
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        """Release the upstream connection (idempotent; completes even while being cancelled)."""
+        with anyio.CancelScope(shield=True):
+            await self.response.aclose()
+
+
+def _transport_error(upstream: str, exc: httpx.HTTPError, *, mid_stream: bool = False) -> ProxyError:
+    when = " mid-stream" if mid_stream else ""
+    if isinstance(exc, httpx.TimeoutException):
+        return UpstreamTimeoutError(
+            f"upstream {upstream!r} timed out{when} ({type(exc).__name__}); "
+            "raise limits.read_timeout_s / limits.connect_timeout_s if it is only slow"
+        )
+    return UpstreamUnavailableError(
+        f"upstream {upstream!r} is unreachable or reset the connection{when} ({type(exc).__name__})"
+    )
+
+
+class Upstreams:
+    """The shared client and the built-in mock; sends requests to named upstreams."""
+
+    def __init__(self, config: Config, *, backoff_s: float = 0.25, max_retry_wait_s: float = 8.0) -> None:
+        self.config = config
+        self.backoff_s = backoff_s
+        self.max_retry_wait_s = max_retry_wait_s
+        self._client: httpx.AsyncClient | None = None
+        self._mock: MockUpstreamServer | None = None
+
+    async def start(self) -> None:
+        """Open the client, and the built-in mock when an upstream is served by it."""
+        limits = self.config.limits
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(
+                connect=limits.connect_timeout_s,
+                read=limits.read_timeout_s,
+                write=limits.read_timeout_s,
+                pool=limits.connect_timeout_s,
+            ),
+            limits=httpx.Limits(max_connections=1000, max_keepalive_connections=200, keepalive_expiry=30),
+            http1=True,
+            http2=False,
+            follow_redirects=False,
+        )
+        if any(u.is_mock for u in self.config.upstreams.values()):
+            self._mock = MockUpstreamServer()
+            await self._mock.start()
+
+    async def stop(self) -> None:
+        """Close the client and stop the mock."""
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+        if self._mock is not None:
+            await self._mock.stop()
+            self._mock = None
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            raise RuntimeError("upstream client is not open: run the app inside its lifespan")
+        return self._client
+
+    def url(self, name: str, path: str, query: str = "") -> str:
+        """The upstream URL for a path below ``/v1`` (the mock's local address for mock upstreams)."""
+        upstream = self.config.upstreams[name]
+        if upstream.is_mock:
+            if self._mock is None:
+                raise UpstreamUnavailableError(
+                    f"upstream {name!r} is the built-in mock, which is not running"
+                )
+            base = self._mock.base_url
+        else:
+            base = upstream.base_url
+        return f"{base}{path}" + (f"?{query}" if query else "")
+
+    async def open(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: str,
+        headers: Sequence[tuple[str, str]],
+        names: Sequence[str],
+        body: Body,
+    ) -> UpstreamReply:
+        """Send to the first of ``names`` that answers, retrying before any byte reaches the client.
+
+        ``names`` is the route: the primary upstream, then its fallbacks. Returns once response
+        headers arrived; raises 502/504 ``ProxyError``s when no upstream could be reached.
+        """
+        replayable = not isinstance(body, AsyncIterable)
+        candidates = list(names) if replayable else list(names[:1])
+        proxy_keys = bool(self.config.auth.keys)
+        waited = 0.0
+        attempts = 0
+        failure: ProxyError | None = None
+        for index, name in enumerate(candidates):
+            upstream = self.config.upstreams[name]
+            tries = upstream.retries + 1 if replayable else 1
+            content = await body(name) if callable(body) else body
+            outgoing = request_headers(headers, upstream, client_auth_is_proxy_key=proxy_keys)
+            for attempt in range(tries):
+                request = self.client.build_request(
+                    method, self.url(name, path, query), headers=outgoing, content=content
+                )
+                attempts += 1
+                started = time.perf_counter()
+                try:
+                    response = await self.client.send(request, stream=True)
+                except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                    # nothing reached the upstream: safe to try again
+                    waited += time.perf_counter() - started
+                    failure = _transport_error(name, exc)
+                    log.info("upstream %s: %s (attempt %d)", name, type(exc).__name__, attempt + 1)
+                    delay = None if attempt == tries - 1 else self._backoff(attempt)
+                except httpx.HTTPError as exc:
+                    raise _transport_error(name, exc) from None
+                else:
+                    waited += time.perf_counter() - started
+                    retryable = response.status_code in RETRY_STATUSES
+                    delay = (
+                        self._retry_wait(response.headers, attempt)
+                        if retryable and attempt < tries - 1
+                        else None
+                    )
+                    if not retryable or (delay is None and index == len(candidates) - 1):
+                        return UpstreamReply(name, response, attempts, waited * 1000)
+                    await response.aclose()
+                    log.info("upstream %s answered %d (attempt %d)", name, response.status_code, attempt + 1)
+                if delay is None:
+                    break
+                await asyncio.sleep(delay)
+                waited += delay
+        # the last upstream either answered (returned above) or could not be reached
+        raise failure or UpstreamUnavailableError("no upstream could be reached")
+
+    def _backoff(self, attempt: int) -> float:
+        return float(min(self.backoff_s * 2**attempt, self.max_retry_wait_s) * random.uniform(0.5, 1.0))
+
+    def _retry_wait(self, headers: httpx.Headers, attempt: int) -> float | None:
+        """The wait before the next try; ``None`` when the upstream asks for longer than the cap."""
+        asked = retry_after_s(headers)
+        if asked is None:
+            return self._backoff(attempt)
+        return asked if asked <= self.max_retry_wait_s else None
+
+    async def summarize(
+        self, messages: list[Message], *, model: str, upstream: str | None, prompt: str, timeout_s: float
+    ) -> str:
+        """Ask ``model`` (non-streaming) to summarize ``messages``; the ``Summarizer`` protocol."""
+        name = upstream or self.config.route(model)[0]
+        target = self.config.upstreams[name]
+        payload = {
+            "model": model,
+            "messages": [*strip_annotations(messages), {"role": "user", "content": prompt}],
+        }
+        headers = [("content-type", "application/json")]
+        if target.key is not None:
+            headers.append(("authorization", f"Bearer {target.key}"))
+        try:
+            response = await self.client.post(
+                self.url(name, "/chat/completions"), json=payload, headers=headers, timeout=timeout_s
+            )
+        except httpx.HTTPError as exc:
+            raise _transport_error(name, exc) from None
+        if response.status_code != 200:
+            raise UpstreamUnavailableError(
+                f"summary call to upstream {name!r} answered {response.status_code}"
+            )
+        content = _first_choice_text(response.json())
+        if not content:
+            raise UpstreamUnavailableError(f"summary call to upstream {name!r} returned no text")
+        return content
+
+
+def _first_choice_text(answer: Any) -> str:
+    try:
+        content = answer["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        return ""
+    return content.strip() if isinstance(content, str) else ""
+
+
+class _QuietServer(uvicorn.Server):
+    """A uvicorn server that leaves signal handling to the process's own server."""
+
+    @contextmanager
+    def capture_signals(self) -> Any:
+        yield
+
+
+class MockUpstreamServer:
+    """The built-in mock upstream on a free local port, served in the current event loop."""
+
+    def __init__(self) -> None:
+        self._server: _QuietServer | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.base_url = ""
+
+    async def start(self) -> None:
+        from proxy.mock_upstream import create_mock_app  # imported late: only mock upstreams need it
+
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))  # bound here so the port is known and binding cannot fail inside uvicorn
+        port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            create_mock_app(),
+            lifespan="off",
+            log_config=None,
+            log_level=None,
+            access_log=False,
+            timeout_graceful_shutdown=1,
+        )
+        self._server = _QuietServer(config)
+        self._task = asyncio.create_task(
+            self._server.serve(sockets=[sock]), name="history-proxy mock upstream"
+        )
+        while not self._server.started:
+            if self._task.done():
+                self._task.result()
+                raise RuntimeError("the built-in mock upstream stopped while starting")
+            await asyncio.sleep(0.005)
+        self.base_url = f"http://127.0.0.1:{port}/v1"
+        log.info("built-in mock upstream listening on %s", self.base_url)
+
+    async def stop(self) -> None:
+        if self._server is None or self._task is None:
+            return
+        self._server.should_exit = True
+        try:
+            await asyncio.wait_for(self._task, timeout=5)
+        except TimeoutError:
+            self._task.cancel()
+        self._server = self._task = None
