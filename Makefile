@@ -1,0 +1,42 @@
+# history-proxy: `make run` serves the proxy on config/default.yaml, `make test` runs every test.
+# Both create .venv on first use; later runs reinstall only when pyproject.toml changed.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+HOST ?= 127.0.0.1
+PORT ?= 8080
+ARGS ?=
+
+.PHONY: run test lint readme install install-dev clean
+
+run: $(VENV)/.installed-test
+	$(BIN)/history-proxy serve --host $(HOST) --port $(PORT) $(ARGS)
+
+test: $(VENV)/.installed-test
+	$(BIN)/python -m pytest $(ARGS)
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check proxy tests
+	$(BIN)/mypy
+
+readme:
+	python3 scripts/build_readme.py
+
+install: $(VENV)/.installed-test
+
+install-dev: $(VENV)/.installed-dev
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,dev]'
+	touch $@
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

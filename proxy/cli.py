@@ -1,0 +1,232 @@
+"""The ``history-proxy`` command: serve, check, preview, schema, mock-upstream.
+
+Every failure is one clear line on stderr and exit status 1 (argparse's usage errors: 2); a config
+that does not validate prints every located error and nothing starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from proxy import __version__
+from proxy.config import DEFAULT_CONFIG_PATH, Config, ConfigError, json_schema, load_config, summary
+
+CONFIG_ENV = "HISTORY_PROXY_CONFIG"
+APP_FACTORY = "proxy.app:app_from_env"
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+
+
+class CommandError(Exception):
+    """A failure the command reports as one line and exit status 1."""
+
+
+def _load(path: str | None) -> Config:
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        lines = "\n".join(f"  {error}" for error in exc.errors)
+        noun = "error" if len(exc.errors) == 1 else "errors"
+        raise CommandError(f"{exc.source}: invalid config ({len(exc.errors)} {noun}):\n{lines}") from None
+
+
+def _uvicorn_options() -> dict[str, str]:
+    """uvloop and httptools when installed (uvicorn's fast paths), asyncio and h11 otherwise."""
+    return {
+        "loop": "uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
+        "http": "httptools" if importlib.util.find_spec("httptools") else "h11",
+    }
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    config_path = Path(args.config or os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH)
+    config = _load(str(config_path))
+    import uvicorn
+
+    os.environ[CONFIG_ENV] = str(config_path.resolve())
+    upstream = config.upstreams[config.default_upstream]
+    target = "built-in mock" if upstream.is_mock else upstream.base_url
+    print(
+        f"history-proxy {__version__} serving on http://{args.host}:{args.port}/v1 "
+        f"(config {config_path}, default upstream {config.default_upstream}: {target})",
+        flush=True,
+    )
+    uvicorn.run(
+        APP_FACTORY,
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        log_level=args.log_level,
+        **_uvicorn_options(),  # type: ignore[arg-type]
+    )
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    config = _load(args.path)
+    print(summary(config))
+    return 0
+
+
+def _read_body(source: str) -> Any:
+    try:
+        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CommandError(f"{source}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise CommandError(f"{source}: not UTF-8 text") from None
+    where = "stdin" if source == "-" else source
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CommandError(
+            f"{where}: not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
+        ) from None
+
+
+def cmd_preview(args: argparse.Namespace) -> int:
+    from proxy.errors import ProxyError
+    from proxy.identity import Identity
+    from proxy.pipeline import Pipeline
+    from proxy.tokens import TokenCounters
+
+    config = _load(args.config)
+    body = _read_body(args.file)
+    identity = Identity(
+        role=args.role or config.identity.default_role, agent=args.agent, phase=args.phase, tenant=args.tenant
+    )
+    model = body.get("model") if isinstance(body, dict) else None
+    upstream = config.route(model if isinstance(model, str) else "")[0]
+    try:
+        result = asyncio.run(Pipeline(config, TokenCounters()).run(body, identity, upstream))
+    except ProxyError as exc:
+        raise CommandError(f"the proxy would answer {exc.status_code}: {exc.message}") from None
+    print(json.dumps({"body": result.body, "report": result.report}, indent=2, ensure_ascii=False))
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    print(json.dumps(json_schema(), indent=2))
+    return 0
+
+
+def cmd_mock_upstream(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from proxy.mock_upstream import create_mock_app
+
+    app = create_mock_app(chunks=args.chunks, chunk_delay_s=args.chunk_delay_ms / 1000)
+    print(f"history-proxy mock upstream on http://{args.host}:{args.port}/v1", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, **_uvicorn_options())  # type: ignore[arg-type]
+    return 0
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be >= 1")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError("must be a TCP port (0-65535)")
+    return value
+
+
+def _non_negative(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be >= 0")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="history-proxy",
+        description="OpenAI-compatible reverse proxy that shapes each agent's conversation history in flight.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = commands.add_parser("serve", help="serve the proxy", description="Serve the proxy.")
+    serve.add_argument(
+        "--config", metavar="PATH", help=f"config file (default: ${CONFIG_ENV}, else {DEFAULT_CONFIG_PATH})"
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="interface to bind (default: 127.0.0.1)")
+    serve.add_argument("--port", type=_port, default=8080, help="port to bind (default: 8080)")
+    serve.add_argument("--workers", type=_positive, default=1, help="worker processes (default: 1)")
+    serve.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="(default: info)")
+    serve.set_defaults(handler=cmd_serve)
+
+    check = commands.add_parser("check", help="validate a config file", description="Validate a config file.")
+    check.add_argument("path", metavar="PATH", help="config file")
+    check.set_defaults(handler=cmd_check)
+
+    preview = commands.add_parser(
+        "preview",
+        help="print a request body as it would be sent upstream, with its token report",
+        description="Filter a chat-completions request body and print {body, report}. Nothing is sent anywhere.",
+    )
+    preview.add_argument("--config", metavar="PATH", help="config file (default: config/default.yaml)")
+    preview.add_argument("--role", help="caller's role (default: the config's identity.default_role)")
+    preview.add_argument("--agent", metavar="NAME", help="caller's agent name")
+    preview.add_argument("--phase", metavar="ID", help="current phase id")
+    preview.add_argument("--tenant", metavar="T", help="tenant whose chain applies")
+    preview.add_argument(
+        "file", nargs="?", default="-", metavar="FILE|-", help="request body (default: stdin)"
+    )
+    preview.set_defaults(handler=cmd_preview)
+
+    schema = commands.add_parser("schema", help="print the config file's JSON Schema")
+    schema.set_defaults(handler=cmd_schema)
+
+    mock = commands.add_parser(
+        "mock-upstream",
+        help="run the built-in fake OpenAI upstream",
+        description="Run the built-in OpenAI-compatible fake upstream; its answers state what it received.",
+    )
+    mock.add_argument("--host", default="127.0.0.1", help="interface to bind (default: 127.0.0.1)")
+    mock.add_argument("--port", type=_port, default=8081, help="port to bind (default: 8081)")
+    mock.add_argument("--chunks", type=_positive, default=5, help="pieces per streamed answer (default: 5)")
+    mock.add_argument(
+        "--chunk-delay-ms",
+        type=_non_negative,
+        default=0.0,
+        metavar="MS",
+        help="pause between pieces (default: 0)",
+    )
+    mock.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="(default: info)")
+    mock.set_defaults(handler=cmd_mock_upstream)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version and usage errors
+        return exc.code if isinstance(exc.code, int) else 1
+    try:
+        status: int = args.handler(args)
+        return status
+    except CommandError as exc:
+        print(f"history-proxy {args.command}: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # output piped into e.g. `head`: stop quietly, as other CLI tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except Exception as exc:  # noqa: BLE001 -- the promise is one line, never a traceback
+        print(f"history-proxy {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+    return 1

@@ -1,0 +1,188 @@
+"""End to end: the real `history-proxy serve` and `mock-upstream` processes, driven by the openai SDK."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CHUNKS = 5
+CHUNK_DELAY_MS = 300
+STARTUP_TIMEOUT_S = 60
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def offline_env() -> dict[str, str]:
+    """The test's environment without any upstream key or URL, so nothing real is ever called."""
+    env = dict(os.environ)
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "HISTORY_PROXY_CONFIG"):
+        env.pop(name, None)
+    return env
+
+
+@dataclass
+class Server:
+    """A `python -m proxy ...` subprocess listening on ``port``."""
+
+    process: subprocess.Popen[bytes]
+    port: int
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def output(self) -> str:
+        return self.log.read_text(encoding="utf-8", errors="replace")
+
+    def wait_ready(self, path: str) -> None:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                pytest.fail(f"server exited with {self.process.returncode} while starting:\n{self.output()}")
+            try:
+                if httpx.get(self.url + path, timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        pytest.fail(f"server not ready on {self.url}{path} after {STARTUP_TIMEOUT_S}s:\n{self.output()}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+
+def start(*args: str, log: Path, ready_path: str) -> Iterator[Server]:
+    port = free_port()
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "proxy", *args, "--port", str(port)],
+            cwd=REPO,
+            env=offline_env(),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+    server = Server(process, port, log)
+    try:
+        server.wait_ready(ready_path)
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def mock_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    log = tmp_path_factory.mktemp("mock") / "mock.log"
+    yield from start(
+        "mock-upstream",
+        "--chunks",
+        str(CHUNKS),
+        "--chunk-delay-ms",
+        str(CHUNK_DELAY_MS),
+        log=log,
+        ready_path="/v1/models",
+    )
+
+
+@pytest.fixture(scope="module")
+def proxy_server(mock_upstream: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    folder = tmp_path_factory.mktemp("proxy")
+    config = folder / "config.yaml"
+    config.write_text(
+        f"""
+upstreams:
+  mock: {{base_url: "{mock_upstream.url}/v1"}}
+policies:
+  roles:
+    worker: [{{type: worker_view}}]
+""",
+        encoding="utf-8",
+    )
+    yield from start("serve", "--config", str(config), log=folder / "proxy.log", ready_path="/healthz")
+
+
+@pytest.fixture(scope="module")
+def default_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    log = tmp_path_factory.mktemp("default") / "proxy.log"
+    yield from start("serve", log=log, ready_path="/healthz")
+
+
+def client(server: Server, role: str = "worker") -> openai.OpenAI:
+    return openai.OpenAI(
+        base_url=f"{server.url}/v1",
+        api_key="client-key",
+        max_retries=0,
+        timeout=60,
+        default_headers={"X-Agent-Role": role, "X-Agent-Name": "w1"},
+    )
+
+
+TWO_TURNS = [
+    {"role": "system", "content": "You are a worker."},
+    {"role": "user", "content": "First task: list the files."},
+    {"role": "assistant", "content": "README.md setup.py"},
+    {"role": "user", "content": "Second task: read setup.py"},
+]
+
+
+def test_completion_through_the_proxy_reaches_the_upstream_filtered(proxy_server: Server) -> None:
+    with client(proxy_server) as sdk:
+        completion = sdk.chat.completions.create(model="gpt-4o-mini", messages=TWO_TURNS)  # type: ignore[arg-type]
+
+    content = completion.choices[0].message.content or ""
+    # worker_view keeps the system message and the current turn only.
+    assert content.startswith("mock: received 2 messages (system=1, user=1)")
+    assert content.endswith('last user: "Second task: read setup.py"')
+    assert completion.model == "gpt-4o-mini"
+
+
+def test_first_streamed_chunk_reaches_the_client_before_the_upstream_has_finished(
+    proxy_server: Server,
+) -> None:
+    arrivals: list[float] = []
+    pieces: list[str] = []
+    with client(proxy_server) as sdk:
+        stream = sdk.chat.completions.create(model="gpt-4o-mini", messages=TWO_TURNS, stream=True)  # type: ignore[arg-type]
+        for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                arrivals.append(time.monotonic())
+                pieces.append(chunk.choices[0].delta.content)
+
+    assert "".join(pieces).startswith("mock: received 2 messages")
+    assert len(pieces) == CHUNKS
+    # The upstream waits CHUNK_DELAY_MS between pieces: a buffering proxy would deliver them together.
+    assert arrivals[-1] - arrivals[0] >= (CHUNKS - 1) * CHUNK_DELAY_MS / 1000 / 2
+
+
+def test_serve_on_the_default_config_answers_through_the_built_in_mock(default_proxy: Server) -> None:
+    with client(default_proxy, role="orchestrator") as sdk:
+        raw = sdk.chat.completions.with_raw_response.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": "Plan the release."}]
+        )
+    completion = raw.parse()
+
+    assert completion.choices[0].message.content == (
+        'mock: received 1 messages (user=1), ~6 tokens; last user: "Plan the release."'
+    )
+    assert raw.headers["x-history-role"] == "orchestrator"
