@@ -1,0 +1,107 @@
+"""proxy/identity.py: who is calling, from headers and the proxy key."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from proxy.config import Config, parse_config
+from proxy.errors import AuthError, InvalidRequestError
+from proxy.identity import Identity, bearer_token, resolve_identity
+
+MOCK = {"mock": {"base_url": "mock://"}}
+
+
+def config(**extra: Any) -> Config:
+    return parse_config({"upstreams": MOCK, **extra}, env={})
+
+
+def keyed() -> Config:
+    return config(auth={"keys": [{"key": "key-a", "tenant": "team-a"}, {"key": "key-b", "tenant": "team-b"}]})
+
+
+def test_role_agent_and_phase_come_from_the_default_headers() -> None:
+    headers = {"x-agent-role": "worker", "x-agent-name": "coder-1", "x-agent-phase": "2"}
+    assert resolve_identity(config(), headers) == Identity(
+        role="worker", agent="coder-1", phase="2", tenant=None
+    )
+
+
+def test_without_a_role_header_the_default_role_applies() -> None:
+    assert resolve_identity(config(), {}) == Identity(role="default")
+    assert resolve_identity(config(identity={"default_role": "worker"}), {}).role == "worker"
+
+
+def test_a_blank_header_counts_as_missing() -> None:
+    identity = resolve_identity(config(), {"x-agent-role": "  ", "x-agent-name": ""})
+    assert identity.role == "default"
+    assert identity.agent is None
+
+
+def test_header_names_are_configurable() -> None:
+    custom = config(identity={"role_header": "X-Role", "agent_header": "X-Who", "phase_header": "X-Step"})
+    identity = resolve_identity(
+        custom, {"x-role": "manager", "x-who": "lead", "x-step": "1", "x-agent-role": "worker"}
+    )
+    assert identity == Identity(role="manager", agent="lead", phase="1")
+
+
+def test_values_are_trimmed() -> None:
+    assert resolve_identity(config(), {"x-agent-role": " worker "}).role == "worker"
+
+
+@pytest.mark.parametrize(
+    ("header", "value"),
+    [
+        ("x-agent-role", "worker\nX-Injected: 1"),
+        ("x-agent-name", "a" * 129),
+        ("x-agent-phase", "1;drop"),
+        ("x-agent-name", "<script>"),
+    ],
+)
+def test_a_bad_header_value_is_a_400_naming_the_header(header: str, value: str) -> None:
+    with pytest.raises(InvalidRequestError) as caught:
+        resolve_identity(config(), {header: value})
+    assert caught.value.status_code == 400
+    assert caught.value.code == "invalid_header"
+    assert caught.value.param is not None and caught.value.param.lower() == header
+
+
+def test_a_header_value_of_128_safe_characters_is_accepted() -> None:
+    name = "agent_1.team-a:worker@host/x+y " * 4
+    assert resolve_identity(config(), {"x-agent-name": name[:128]}).agent == name[:128].strip()
+
+
+def test_a_proxy_key_selects_its_tenant() -> None:
+    assert resolve_identity(keyed(), {"authorization": "Bearer key-b"}).tenant == "team-b"
+    assert resolve_identity(keyed(), {"authorization": "bearer key-a"}).tenant == "team-a"
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"authorization": "Bearer "}, {"authorization": "Basic a2V5LWE="}, {"authorization": "key-a"}],
+)
+def test_a_missing_proxy_key_is_a_401(headers: dict[str, str]) -> None:
+    with pytest.raises(AuthError, match="missing proxy key") as caught:
+        resolve_identity(keyed(), headers)
+    assert caught.value.status_code == 401
+
+
+def test_an_unknown_proxy_key_is_a_401_that_does_not_echo_it() -> None:
+    with pytest.raises(AuthError) as caught:
+        resolve_identity(keyed(), {"authorization": "Bearer key-c-guess"})
+    assert caught.value.status_code == 401
+    assert "key-c-guess" not in caught.value.message
+
+
+def test_an_open_proxy_lets_any_authorization_through_without_a_tenant() -> None:
+    assert resolve_identity(config(), {"authorization": "Bearer sk-client"}).tenant is None
+    assert resolve_identity(config(), {}).tenant is None
+
+
+def test_bearer_token_reads_only_the_bearer_scheme() -> None:
+    assert bearer_token({"authorization": "Bearer abc"}) == "abc"
+    assert bearer_token({"authorization": "BEARER  abc "}) == "abc"
+    assert bearer_token({"authorization": "Token abc"}) is None
+    assert bearer_token({}) is None

@@ -1,0 +1,210 @@
+"""proxy/tokens.py: OpenAI's chat counting recipe, offline encoding files, the per-string cache."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tiktoken
+import tiktoken.load
+import tiktoken_ext.openai_public
+
+from proxy.tokens import (
+    ENCODINGS,
+    TokenCounter,
+    TokenCounters,
+    approximate_length,
+    encoding_for_model,
+    install_encoding_files,
+)
+from tests.factories import action, assistant, call, system, user
+
+
+@pytest.fixture(scope="module")
+def counters() -> TokenCounters:
+    return TokenCounters()
+
+
+@pytest.fixture(scope="module")
+def o200k(counters: TokenCounters) -> TokenCounter:
+    return counters.get(encoding="o200k_base")
+
+
+def tiktoken_published_files() -> dict[str, tuple[str, str]]:
+    """tiktoken's own URL and expected SHA-256 per encoding, read from tiktoken_ext without downloading."""
+    published: dict[str, tuple[str, str]] = {}
+
+    def capture(url: str, expected_hash: str | None = None) -> dict[bytes, int]:
+        published[current] = (url, str(expected_hash))
+        return {b"a": 0}
+
+    original = tiktoken_ext.openai_public.load_tiktoken_bpe
+    tiktoken_ext.openai_public.load_tiktoken_bpe = capture  # type: ignore[assignment]
+    try:
+        for current in ENCODINGS:
+            getattr(tiktoken_ext.openai_public, current)()
+    finally:
+        tiktoken_ext.openai_public.load_tiktoken_bpe = original
+    return published
+
+
+# --- the recipe ---------------------------------------------------------------------------------
+
+
+def test_hello_world_costs_nine_tokens_with_o200k_base(o200k: TokenCounter) -> None:
+    # 3 per message + "user" (1) + "hello world" (2) + 3 for the reply priming
+    assert o200k.messages([{"role": "user", "content": "hello world"}]) == 9
+
+
+def test_a_name_adds_its_tokens_and_one_more(o200k: TokenCounter) -> None:
+    plain = o200k.message({"role": "user", "content": "hello world"})
+    named = o200k.message({"role": "user", "content": "hello world", "name": "alice"})
+    assert named == plain + o200k.text("alice") + 1
+
+
+def test_tool_calls_are_counted_by_function_name_and_arguments(o200k: TokenCounter) -> None:
+    act = action(call("bash", {"cmd": "ls -la"}, call_id="call_abcdefghijklmnop"))
+    expected = 3 + o200k.text("assistant") + o200k.text("bash") + o200k.text('{"cmd": "ls -la"}')
+    assert o200k.message(act) == expected
+
+
+def test_annotations_are_not_counted(o200k: TokenCounter) -> None:
+    plain = user("check the logs")
+    annotated = user("check the logs", tags=["keep_output"], message_type="task", phase_id="2", agent="alice")
+    assert o200k.message(annotated) == o200k.message(plain)
+
+
+def test_text_parts_count_their_text_and_images_count_nothing(o200k: TokenCounter) -> None:
+    parts = {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "first part"},
+            {"type": "image_url", "image_url": {"url": "https://example.invalid/cat.png"}},
+            {"type": "text", "text": "second part"},
+        ],
+    }
+    assert o200k.message(parts) == 3 + o200k.text("user") + o200k.text("first part") + o200k.text(
+        "second part"
+    )
+
+
+def test_every_string_field_counts_and_null_content_does_not(o200k: TokenCounter) -> None:
+    tool = {"role": "tool", "tool_call_id": "call_1", "content": "ok"}
+    assert o200k.message(tool) == 3 + o200k.text("tool") + o200k.text("call_1") + o200k.text("ok")
+    assert o200k.message(assistant(None)) == 3 + o200k.text("assistant")
+
+
+def test_a_request_adds_three_tokens_of_reply_priming(o200k: TokenCounter) -> None:
+    messages = [system(), user("hi")]
+    assert o200k.messages(messages) == sum(o200k.message(m) for m in messages) + 3
+    assert o200k.messages([]) == 3
+
+
+def test_counts_match_tiktoken_itself(counters: TokenCounters) -> None:
+    text = "The quick brown fox jumps over the lazy dog. 🙂 naïve café"
+    for name in ENCODINGS:
+        assert counters.get(encoding=name).text(text) == len(
+            tiktoken.get_encoding(name).encode_ordinary(text)
+        )
+
+
+def test_approximate_is_ceil_of_chars_over_four(counters: TokenCounters) -> None:
+    approx = counters.get(tokenizer="approximate")
+    assert [approximate_length(s) for s in ("", "a", "abcd", "abcde")] == [0, 1, 1, 2]
+    assert approx.text("abcdefghi") == 3
+    assert approx.messages([{"role": "user", "content": "hello world"}]) == 3 + 1 + 3 + 3
+
+
+# --- the per-string cache ---------------------------------------------------------------------
+
+
+def test_recounting_a_grown_conversation_tokenizes_only_the_new_strings() -> None:
+    counter = TokenCounters().get(model="gpt-4o")
+    history = [system("You fix bugs."), user("The build fails."), assistant("Looking at it.")]
+    first = counter.messages(history)
+    misses = counter.misses
+    grown = [*history, assistant("Found the typo in setup.py."), user("Great, now run the tests.")]
+    second = counter.messages(grown)
+    assert counter.misses == misses + 2
+    assert second > first
+    assert counter.messages(grown) == second
+    assert counter.misses == misses + 2
+
+
+def test_counts_stay_right_when_the_cache_evicts() -> None:
+    counter = TokenCounter(approximate_length, max_entries=10)
+    texts = [f"string number {i}" for i in range(50)]
+    assert [counter.text(t) for t in texts] == [approximate_length(t) for t in texts]
+    assert counter.text(texts[0]) == approximate_length(texts[0])
+
+
+def test_counters_are_shared_per_encoding(counters: TokenCounters) -> None:
+    assert counters.get(model="gpt-4o") is counters.get(encoding="o200k_base")
+    assert counters.get(model="gpt-4") is counters.get(encoding="cl100k_base")
+    assert counters.get(model="gpt-4o") is not counters.get(model="gpt-4")
+    assert counters.get(tokenizer="approximate", encoding="cl100k_base") is counters.get(
+        tokenizer="approximate"
+    )
+
+
+def test_an_unknown_encoding_is_refused(counters: TokenCounters) -> None:
+    with pytest.raises(ValueError, match="unknown encoding 'p50k_base'"):
+        counters.get(encoding="p50k_base")
+
+
+# --- encodings ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model", "encoding"),
+    [
+        ("gpt-4o", "o200k_base"),
+        ("gpt-4o-mini", "o200k_base"),
+        ("gpt-4.1", "o200k_base"),
+        ("o3-mini", "o200k_base"),
+        ("gpt-4", "cl100k_base"),
+        ("gpt-4-turbo", "cl100k_base"),
+        ("gpt-3.5-turbo", "cl100k_base"),
+        ("openai/gpt-4", "cl100k_base"),
+        ("claude-x", "o200k_base"),
+        ("", "o200k_base"),
+    ],
+)
+def test_encoding_for_model_follows_the_spec(model: str, encoding: str) -> None:
+    assert encoding_for_model(model) == encoding
+
+
+def test_encoding_files_are_installed_offline_with_tiktoken_names_and_hashes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", "unset-by-the-test")
+    target = install_encoding_files(tmp_path / "cache")
+    published = tiktoken_published_files()
+    assert set(published) == set(ENCODINGS)
+    for url, sha256 in published.values():
+        installed = target / hashlib.sha1(url.encode()).hexdigest()
+        assert hashlib.sha256(installed.read_bytes()).hexdigest() == sha256
+
+    def no_network(url: str) -> Any:
+        raise AssertionError(f"tiktoken tried to download {url}")
+
+    monkeypatch.setattr(tiktoken.load, "read_file", no_network)
+    for url, sha256 in published.values():
+        assert tiktoken.load.read_file_cached(url, sha256)
+
+
+def test_installing_twice_is_harmless_and_repairs_a_corrupted_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", "unset-by-the-test")
+    target = install_encoding_files(tmp_path)
+    url, sha256 = tiktoken_published_files()["o200k_base"]
+    installed = target / hashlib.sha1(url.encode()).hexdigest()
+    installed.write_bytes(b"corrupted")
+    assert install_encoding_files(tmp_path) == target
+    assert hashlib.sha256(installed.read_bytes()).hexdigest() == sha256
+    assert sorted(p.name for p in target.iterdir()) == sorted(
+        hashlib.sha1(u.encode()).hexdigest() for u, _ in tiktoken_published_files().values()
+    )
