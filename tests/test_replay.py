@@ -1,0 +1,280 @@
+"""history-proxy replay: growing requests, tokens sent, cacheable prefix, the HTML chart (issue 7)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shutil
+import struct
+import subprocess
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.cli import main
+from proxy.config import Config, load_config
+from proxy.identity import Identity
+from proxy.messages import Message
+from proxy.pipeline import Pipeline
+from proxy.replay import render_html, replay
+from proxy.tokens import TokenCounters
+from tests.factories import CORPUS_DIR, corpus_body
+
+CONVERSATION = "swe-agent-marshmallow-1867-fc.json"
+WORKER_CONFIG = """\
+upstreams: {mock: {base_url: "mock://"}}
+policies:
+  roles:
+    worker:
+      - {type: worker_view}
+      - {type: last_n_observations, n: 5, polling: 1}
+      - {type: token_limiter, limit: 6000}
+"""
+SERIES_COLOURS = {
+    "tokens_unfiltered": (0x9A, 0xA5, 0xB1),
+    "tokens_sent": (0x1F, 0x77, 0xB4),
+    "cached": (0x2C, 0xA0, 0x2C),
+}
+
+pytestmark = pytest.mark.skipif(not (CORPUS_DIR / CONVERSATION).exists(), reason="corpus not available")
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    path = tmp_path / "worker.yaml"
+    path.write_text(WORKER_CONFIG)
+    return path
+
+
+def answered_prefixes(messages: list[Message]) -> list[list[Message]]:
+    """The requests an agent sent: the history before each model answer, and the whole if unanswered."""
+    prefixes = []
+    for i, message in enumerate(messages):
+        if i > 0 and message["role"] == "assistant" and messages[i - 1]["role"] != "assistant":
+            prefixes.append(messages[:i])
+    if messages[-1]["role"] != "assistant":
+        prefixes.append(messages)
+    return prefixes
+
+
+def independent_totals(config: Config, body: dict[str, Any]) -> dict[str, int]:
+    """Totals computed here: unfiltered tokens straight from the token counter, the prefix by comparison."""
+    counter = TokenCounters().get(model=body["model"])
+    pipeline = Pipeline(config, TokenCounters())
+    unfiltered = sent = cached = 0
+    previous: list[Message] = []
+    prefixes = answered_prefixes(body["messages"])
+    for prefix in prefixes:
+        unfiltered += counter.messages(prefix)
+        outcome = asyncio.run(pipeline.run({**body, "messages": prefix}, Identity(role="worker"), "mock"))
+        messages = outcome.body["messages"]
+        sent += counter.messages(messages)
+        shared = 0
+        while shared < min(len(previous), len(messages)) and previous[shared] == messages[shared]:
+            shared += 1
+        cached += sum(counter.message(m) for m in messages[:shared])
+        previous = messages
+    return {
+        "requests": len(prefixes),
+        "tokens_unfiltered": unfiltered,
+        "tokens_sent": sent,
+        "tokens_cached_prefix": cached,
+    }
+
+
+def test_replay_totals_match_an_independent_count(
+    config_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body = corpus_body(CONVERSATION)
+    expected = independent_totals(load_config(config_file), body)
+    status = main(
+        ["replay", str(CORPUS_DIR / CONVERSATION), "--config", str(config_file), "--role", "worker", "--json"]
+    )
+    assert status == 0
+    printed = json.loads(capsys.readouterr().out)
+    totals = printed["totals"]
+    assert {k: totals[k] for k in expected} == expected
+    assert 0 < totals["tokens_sent"] < totals["tokens_unfiltered"]  # the chain does something here
+    assert 0 < totals["tokens_cached_prefix"] < totals["tokens_sent"]
+    assert totals["cached_share"] == round(expected["tokens_cached_prefix"] / expected["tokens_sent"], 4)
+    assert printed["chain"] == ["worker_view", "last_n_observations", "token_limiter"]
+    steps = printed["steps"]
+    assert [s["request"] for s in steps] == list(range(1, expected["requests"] + 1))
+    assert steps[0]["tokens_cached_prefix"] == 0  # nothing to reuse on the first request
+    assert all(s["tokens_sent"] <= 6000 for s in steps)
+
+
+def test_replay_prints_a_table_line_per_request_then_totals(
+    config_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status = main(
+        ["replay", str(CORPUS_DIR / CONVERSATION), "--config", str(config_file), "--role", "worker"]
+    )
+    lines = capsys.readouterr().out.splitlines()
+    assert status == 0
+    assert lines[0] == "role worker, chain: worker_view, last_n_observations, token_limiter"
+    assert lines[1].split() == ["req", "msgs", "unfiltered", "sent", "cached", "prefix", "cached", "%"]
+    requests = len(answered_prefixes(corpus_body(CONVERSATION)["messages"]))
+    assert len(lines) == 2 + requests + 1
+    assert lines[-1].startswith(f"total: {requests} requests, ")
+
+
+def test_a_larger_step_keeps_more_of_the_sent_prefix_cacheable(tmp_path: Path) -> None:
+    body = corpus_body(CONVERSATION)
+    shares = []
+    for polling in (1, 5):
+        path = tmp_path / f"polling{polling}.yaml"
+        path.write_text(WORKER_CONFIG.replace("polling: 1", f"polling: {polling}"))
+        result = asyncio.run(
+            replay(Pipeline(load_config(path), TokenCounters()), body, Identity(role="worker"))
+        )
+        shares.append(result.totals["cached_share"])
+    assert shares[1] > shares[0]
+
+
+def test_replay_of_a_file_without_messages_is_one_clear_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"model": "gpt-4o"}')
+    assert main(["replay", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "non-empty 'messages' list" in err
+
+
+def test_replay_writes_a_self_contained_page(config_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "replay.html"
+    args = ["replay", str(CORPUS_DIR / CONVERSATION), "--config", str(config_file), "--role", "worker"]
+    assert main([*args, "--html", str(out)]) == 0
+    page = out.read_text()
+    assert page.count('<polyline class="series"') == 3
+    assert '<svg id="chart"' in page
+    assert "http://" not in page.replace("http://www.w3.org/2000/svg", "") and "<script" not in page
+
+
+# --- the chart, seen by a real browser ----------------------------------------------------------
+
+
+def png_rows(data: bytes) -> tuple[int, int, Iterator[bytes]]:
+    """Width, height and the RGB rows, decoded one by one, of an 8-bit RGB(A) non-interlaced PNG."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    offset, idat = 8, b""
+    width = height = channels = 0
+    while offset < len(data):
+        (length,) = struct.unpack(">I", data[offset : offset + 4])
+        kind = data[offset + 4 : offset + 8]
+        chunk = data[offset + 8 : offset + 8 + length]
+        if kind == b"IHDR":
+            width, height, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", chunk)
+            assert depth == 8 and interlace == 0 and colour in (2, 6)
+            channels = 3 if colour == 2 else 4
+        elif kind == b"IDAT":
+            idat += chunk
+        offset += 12 + length
+    raw = zlib.decompress(idat)
+    stride = width * channels
+    low, high = int.from_bytes(b"\x7f" * stride, "big"), int.from_bytes(b"\x80" * stride, "big")
+
+    def add(a: bytes | bytearray, b: bytes | bytearray) -> bytearray:
+        """Bytewise (a + b) mod 256 in one big-integer step (the Up filter, without a Python loop)."""
+        x, y = int.from_bytes(a, "big"), int.from_bytes(b, "big")
+        return bytearray((((x & low) + (y & low)) ^ ((x ^ y) & high)).to_bytes(stride, "big"))
+
+    def rows() -> Iterator[bytes]:
+        previous, n = bytearray(stride), channels
+        for y in range(height):
+            start = y * (stride + 1)
+            kind, line = raw[start], bytearray(raw[start + 1 : start + 1 + stride])
+            if kind == 1:  # Sub
+                for i in range(n, stride):
+                    line[i] = (line[i] + line[i - n]) & 0xFF
+            elif kind == 2:  # Up
+                line = add(line, previous)
+            elif kind == 3:  # Average
+                for i in range(stride):
+                    line[i] = (line[i] + (((line[i - n] if i >= n else 0) + previous[i]) >> 1)) & 0xFF
+            elif kind == 4:  # Paeth
+                for i in range(n):
+                    line[i] = (line[i] + previous[i]) & 0xFF
+                for i in range(n, stride):
+                    a, b, c = line[i - n], previous[i], previous[i - n]
+                    pa, pb, pc = abs(b - c), abs(a - c), abs(a + b - 2 * c)
+                    line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 0xFF
+            previous = line
+            yield bytes(line) if n == 3 else bytes(v for i, v in enumerate(line) if i % 4 != 3)
+
+    return width, height, rows()
+
+
+AXIS_RUN = re.compile(rb"(?:[\x20-\xc7]{3}){500,}")  # 500+ grey pixels in a row: the anti-aliased #333 axis
+
+
+def rows_down_to_the_x_axis(rows: Iterator[bytes]) -> tuple[list[bytes], tuple[int, int, int, int]]:
+    """The rows decoded down to the chart's x axis, and the plot area above it (260 px high)."""
+    decoded = []
+    for y, row in enumerate(rows):
+        decoded.append(row)
+        for match in AXIS_RUN.finditer(row):
+            if match.start() % 3 == 0:
+                left, right = match.start() // 3, match.end() // 3
+                return decoded, (left + 3, y - 260, right - 3, y - 2)
+    raise AssertionError("no x axis drawn")
+
+
+def colour_pixels(rows: list[bytes], box: tuple[int, int, int, int], colour: tuple[int, int, int]) -> int:
+    """Pixels in ``box`` within 16 of ``colour`` on every channel."""
+    left, top, right, bottom = box
+    ranges = b"".join(
+        b"[" + re.escape(bytes([max(0, c - 16)])) + b"-" + re.escape(bytes([min(255, c + 16)])) + b"]"
+        for c in colour
+    )
+    near = re.compile(b"(?=" + ranges + b")")
+    return sum(
+        1
+        for y in range(top, bottom)
+        for m in near.finditer(rows[y][3 * left : 3 * right])
+        if m.start() % 3 == 0
+    )
+
+
+def test_the_html_chart_is_drawn_in_a_real_browser(config_file: Path, tmp_path: Path) -> None:
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("Debian's chromium is not installed here (.ci/run installs it)")
+    body = corpus_body(CONVERSATION)
+    result = asyncio.run(
+        replay(Pipeline(load_config(config_file), TokenCounters()), body, Identity(role="worker"))
+    )
+    page = tmp_path / "replay.html"
+    page.write_text(render_html(result, "replay"), encoding="utf-8")
+    shot = tmp_path / "shot.png"
+    subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            f"--screenshot={shot}",
+            "--window-size=1000,800",
+            page.as_uri(),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=90,
+    )
+    width, height, rows = png_rows(shot.read_bytes())
+    assert (width, height) == (1000, 800)
+    decoded, box = rows_down_to_the_x_axis(rows)
+    assert box[2] - box[0] > 700 and box[1] > 0, f"the plot area {box} is not the chart's"
+    for series, colour in SERIES_COLOURS.items():
+        assert colour_pixels(decoded, box, colour) >= 30, f"{series} is not drawn in the chart"
