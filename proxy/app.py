@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 import sys
@@ -40,14 +41,17 @@ from proxy.errors import (
     ProxyError,
     error_body,
 )
+from proxy.guard import CLIENT_CLOSED, RequestGuard
 from proxy.identity import Identity, resolve_identity
 from proxy.metrics import Exchange, Metrics, request_id_for
 from proxy.pipeline import Pipeline, PipelineResult
+from proxy.reload import Reloader, ServesState, ServingState, StateSwitch, authorize_admin, reload_on_sighup
+from proxy.summary_cache import CachingSummarizer
+from proxy.summary_store import summary_backend
 from proxy.tokens import TokenCounters
 from proxy.upstream import Body, UpstreamReply, Upstreams
 
 CONFIG_ENV = "HISTORY_PROXY_CONFIG"
-CLIENT_CLOSED = 499  # nginx's status for a client that went away before the answer
 
 log = logging.getLogger("history_proxy")
 
@@ -56,17 +60,31 @@ _HEADER_UNSAFE = re.compile(r"[^\x20-\x7e]")
 
 def encode_json(body: Any) -> bytes:
     """Compact UTF-8 JSON, the one serialization of a filtered body."""
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    try:
+        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate ("\\ud800") has no UTF-8 form: keep it escaped
+        return json.dumps(body, separators=(",", ":")).encode("ascii")
+    except RecursionError:
+        raise InvalidRequestError("the request body is nested too deeply", code="invalid_json") from None
 
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):  # 1e999 parses as infinity, which JSON cannot carry on
+        raise ValueError(f"the number {text[:20]} is out of range")
+    return value
+
+
 def parse_body(raw: bytes) -> dict[str, Any]:
     """The request body as a JSON object, or a 400 saying what to send instead."""
     try:
-        body = json.loads(raw, parse_constant=_reject_constant)
+        body = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise InvalidRequestError("the request body is nested too deeply", code="invalid_json") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidRequestError(
             f"the request body is not valid JSON ({exc}); send a JSON object with 'model' and 'messages'",
@@ -119,7 +137,7 @@ def _has_body(request: Request) -> bool:
 def _model_of(raw: bytes) -> str:
     try:
         body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return ""
     model = body.get("model") if isinstance(body, dict) else None
     return model if isinstance(model, str) else ""
@@ -134,25 +152,44 @@ def history_headers(result: PipelineResult, role: str) -> dict[str, str]:
     applied = [*result.applied, *result.report.get("notes", [])]
     if result.failed_filter:
         applied.append(f"failed:{result.failed_filter}")
-    return {
+    headers = {
         "x-history-role": _header_value(role),
+        "x-history-mode": result.mode,
         "x-history-filters": _header_value(",".join(applied)),
         "x-history-tokens-before": str(result.tokens_before),
         "x-history-tokens-after": str(result.tokens_after),
         "x-history-messages-before": str(result.messages_before),
         "x-history-messages-after": str(result.messages_after),
     }
+    if result.mode == "shadow":  # "after" is what the chain would send; these are what was sent
+        headers["x-history-tokens-forwarded"] = str(result.tokens_forwarded)
+        headers["x-history-messages-forwarded"] = str(result.messages_forwarded)
+    return headers
 
 
-class _Proxy:
+class _Proxy(ServesState):
     """The app's state and handlers: one config, pipeline, upstream client and metrics registry."""
 
     def __init__(self, config: Config, config_path: str | None) -> None:
-        self.config = config
         self.config_path = config_path
         self.metrics = Metrics(config)
-        self.upstreams = Upstreams(config)
-        self.pipeline = Pipeline(config, TokenCounters(), summarizer=self.upstreams)
+        upstreams = Upstreams(config)
+        backend = summary_backend(config.summary_cache, self.metrics)
+        self.summaries = CachingSummarizer(upstreams, backend, recorder=self.metrics)
+        self.tokens = TokenCounters()
+        self.states = StateSwitch(self._serving(config, upstreams))
+        self.reloader = Reloader(config_path, self.states, self._next_state)
+
+    def _serving(self, config: Config, upstreams: Upstreams, generation: int = 0) -> ServingState:
+        """What one config builds; token counters, HTTP client, mock and summary cache are shared."""
+        pipeline = Pipeline(config, self.tokens, summarizer=self.summaries)
+        return ServingState(config, pipeline, upstreams, generation)
+
+    async def _next_state(self, config: Config, current: ServingState) -> ServingState:
+        upstreams = await current.upstreams.reconfigured(config)
+        self.summaries.summarizer = upstreams  # summary calls route by the newest config
+        self.metrics.reconfigure(config)
+        return self._serving(config, upstreams, current.generation + 1)
 
     @asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -164,9 +201,13 @@ class _Proxy:
                 summary(self.config),
                 self.config_path or "given in code",
             )
-            yield
+            with reload_on_sighup(self.reloader):
+                yield
         finally:
-            await self.upstreams.stop()
+            try:
+                await self.summaries.aclose()  # first: running summary calls use the upstream client
+            finally:
+                await self.upstreams.stop()
 
     # --- bookkeeping -------------------------------------------------------------------------
 
@@ -193,6 +234,8 @@ class _Proxy:
         body = parse_body(await read_body(request, self.config.limits.max_body_bytes))
         names = self._route(body, exchange)
         exchange.stream = body.get("stream") is True
+        if self.config.log_bodies:
+            exchange.body = body
         result = exchange.result = await self.pipeline.run(body, identity, names[0])
         content = encode_json(result.body)
         marks = self.config.upstreams[names[0]].cache_control
@@ -213,7 +256,8 @@ class _Proxy:
         exchange.upstream = None  # nothing is forwarded
         result = exchange.result = await self.pipeline.run(body, identity, names[0])
         headers = {**history_headers(result, identity.role), "x-request-id": exchange.request_id}
-        response = JSONResponse({"body": result.body, "report": result.report}, headers=headers)
+        content = encode_json({"body": result.body, "report": result.report})  # JSONResponse fails on "\ud800"
+        response = Response(content, media_type="application/json", headers=headers)
         self.finish(exchange, 200)
         return response
 
@@ -234,6 +278,14 @@ class _Proxy:
         reply = await self._open(request, raw_path.decode("latin-1").removeprefix("/v1"), names, body)
         return await self._respond(reply, exchange, {})
 
+    async def admin_reload(self, request: Request) -> Response:
+        """Re-read the config file (admin tenants only); a bad file is a 400 and changes nothing."""
+        exchange = self.begin(request)
+        exchange.identity = Identity(role="admin", tenant=authorize_admin(self.config, request.headers))
+        answer = await self.reloader.answer()
+        self.finish(exchange, 200)
+        return JSONResponse(answer, headers={"x-request-id": exchange.request_id})
+
     async def healthz(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
@@ -251,6 +303,7 @@ class _Proxy:
         return names
 
     async def _open(self, request: Request, path: str, names: list[str], body: Body) -> UpstreamReply:
+        request.state.exchange.upstream_started = time.perf_counter()
         return await self.upstreams.open(
             request.method,
             path,
@@ -267,6 +320,8 @@ class _Proxy:
         response: Response
         if reply.ok:
             response = _UpstreamStream(reply, lambda: self._streamed(reply, exchange))
+            if exchange.stream:
+                self.metrics.stream_opened(exchange)
         else:
             read_started = time.perf_counter()
             response = Response(await reply.read(), status_code=reply.status_code)  # verbatim
@@ -285,6 +340,7 @@ class _Proxy:
 
     def _streamed(self, reply: UpstreamReply, exchange: Exchange) -> None:
         exchange.broken = reply.broken
+        exchange.first_byte_at = reply.first_byte_at
         if not reply.complete and not reply.broken:
             exchange.status = CLIENT_CLOSED
         self.finish(exchange)
@@ -414,11 +470,12 @@ def create_app(config: Config, *, config_path: str | None = None) -> Starlette:
         ),
         Route("/healthz", proxy.healthz, methods=["GET"]),
         Route("/metrics", proxy.metrics_text, methods=["GET"]),
+        Route("/admin/reload", proxy.admin_reload, methods=["POST"]),
     ]
     app = Starlette(
         routes=routes,
         lifespan=proxy.lifespan,
-        middleware=[Middleware(_LastResort, proxy=proxy)],
+        middleware=[Middleware(RequestGuard, proxy=proxy), Middleware(_LastResort, proxy=proxy)],
         exception_handlers={ProxyError: proxy.on_proxy_error, HTTPException: proxy.on_http_error},
     )
     app.state.proxy = proxy

@@ -1,4 +1,4 @@
-"""The ``history-proxy`` command: serve, check, preview, schema, mock-upstream.
+"""The ``history-proxy`` command: serve, check, preview, replay, schema, mock-upstream.
 
 Every failure is one clear line on stderr and exit status 1 (argparse's usage errors: 2); a config
 that does not validate prints every located error and nothing starts.
@@ -11,7 +11,9 @@ import asyncio
 import importlib.util
 import json
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from proxy.config import DEFAULT_CONFIG_PATH, Config, ConfigError, json_schema, 
 CONFIG_ENV = "HISTORY_PROXY_CONFIG"
 APP_FACTORY = "proxy.app:app_from_env"
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+LOG_FORMATS = ("json", "text")
 
 
 class CommandError(Exception):
@@ -44,12 +47,29 @@ def _uvicorn_options() -> dict[str, str]:
     }
 
 
+def _share_metrics_between_workers(workers: int) -> str | None:
+    """With several workers, a fresh ``PROMETHEUS_MULTIPROC_DIR`` so ``/metrics`` sums them all.
+
+    Returns the directory to remove at exit; ``None`` with one worker or when the operator set one.
+    """
+    from proxy.metrics import MULTIPROCESS_ENV
+
+    if workers < 2 or os.environ.get(MULTIPROCESS_ENV):
+        return None
+    directory = tempfile.mkdtemp(prefix="history-proxy-metrics-")
+    os.environ[MULTIPROCESS_ENV] = directory
+    return directory
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     config_path = Path(args.config or os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH)
     config = _load(str(config_path))
     import uvicorn
 
+    from proxy.logs import logging_config
+
     os.environ[CONFIG_ENV] = str(config_path.resolve())
+    metrics_dir = _share_metrics_between_workers(args.workers)
     upstream = config.upstreams[config.default_upstream]
     target = "built-in mock" if upstream.is_mock else upstream.base_url
     print(
@@ -57,15 +77,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
         f"(config {config_path}, default upstream {config.default_upstream}: {target})",
         flush=True,
     )
-    uvicorn.run(
-        APP_FACTORY,
-        factory=True,
-        host=args.host,
-        port=args.port,
-        workers=args.workers,
-        log_level=args.log_level,
-        **_uvicorn_options(),  # type: ignore[arg-type]
-    )
+    try:
+        uvicorn.run(
+            APP_FACTORY,
+            factory=True,
+            host=args.host,
+            port=args.port,
+            workers=args.workers,
+            log_level=args.log_level,
+            # every worker formats uvicorn's lines and ours alike; our access line replaces uvicorn's
+            log_config=logging_config(args.log_format, args.log_level),
+            access_log=False,
+            **_uvicorn_options(),  # type: ignore[arg-type]
+        )
+    finally:
+        if metrics_dir is not None:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
     return 0
 
 
@@ -109,6 +136,36 @@ def cmd_preview(args: argparse.Namespace) -> int:
     except ProxyError as exc:
         raise CommandError(f"the proxy would answer {exc.status_code}: {exc.message}") from None
     print(json.dumps({"body": result.body, "report": result.report}, indent=2, ensure_ascii=False))
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from proxy.errors import ProxyError
+    from proxy.identity import Identity
+    from proxy.pipeline import Pipeline
+    from proxy.replay import render_html, render_text, replay
+    from proxy.tokens import TokenCounters
+
+    config = _load(args.config)
+    body = _read_body(args.file)
+    identity = Identity(
+        role=args.role or config.identity.default_role, agent=args.agent, phase=args.phase, tenant=args.tenant
+    )
+    try:
+        result = asyncio.run(replay(Pipeline(config, TokenCounters()), body, identity))
+    except ValueError as exc:
+        raise CommandError(f"{args.file}: {exc}") from None
+    except ProxyError as exc:
+        raise CommandError(f"the proxy would answer {exc.status_code}: {exc.message}") from None
+    if args.html:
+        title = f"history-proxy replay: {Path(args.file).name}, role {identity.role}"
+        try:
+            Path(args.html).write_text(render_html(result, title), encoding="utf-8")
+        except OSError as exc:
+            raise CommandError(f"{args.html}: cannot write: {exc.strerror or exc}") from None
+    print(json.dumps(result.to_json(), indent=2) if args.json else render_text(result))
+    if args.html:
+        print(f"wrote {args.html}", file=sys.stderr)
     return 0
 
 
@@ -166,6 +223,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=_port, default=8080, help="port to bind (default: 8080)")
     serve.add_argument("--workers", type=_positive, default=1, help="worker processes (default: 1)")
     serve.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="(default: info)")
+    serve.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default="json",
+        help="one JSON object per log line, or text for humans (default: json)",
+    )
     serve.set_defaults(handler=cmd_serve)
 
     check = commands.add_parser("check", help="validate a config file", description="Validate a config file.")
@@ -186,6 +249,26 @@ def build_parser() -> argparse.ArgumentParser:
         "file", nargs="?", default="-", metavar="FILE|-", help="request body (default: stdin)"
     )
     preview.set_defaults(handler=cmd_preview)
+
+    replay_ = commands.add_parser(
+        "replay",
+        help="replay a conversation as an agent grows it: tokens sent and prompt-cache reuse per request",
+        description=(
+            "Cut a conversation into the requests an agent sends while it grows (the history before "
+            "each model answer), run the chain on each, and print per request the tokens unfiltered, the "
+            "tokens sent and the share of sent tokens that repeat the previous request's prefix, then "
+            "totals. Nothing is sent anywhere (a summarize filter shows its fallback)."
+        ),
+    )
+    replay_.add_argument("file", metavar="FILE", help="chat-completions request body holding the whole conversation")
+    replay_.add_argument("--config", metavar="PATH", help="config file (default: config/default.yaml)")
+    replay_.add_argument("--role", help="caller's role (default: the config's identity.default_role)")
+    replay_.add_argument("--agent", metavar="NAME", help="caller's agent name")
+    replay_.add_argument("--phase", metavar="ID", help="current phase id")
+    replay_.add_argument("--tenant", metavar="T", help="tenant whose chain applies")
+    replay_.add_argument("--html", metavar="OUT", help="also write a self-contained HTML page with a chart")
+    replay_.add_argument("--json", action="store_true", help="print JSON (steps and totals) instead of a table")
+    replay_.set_defaults(handler=cmd_replay)
 
     schema = commands.add_parser("schema", help="print the config file's JSON Schema")
     schema.set_defaults(handler=cmd_schema)

@@ -11,21 +11,27 @@ import fnmatch
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 from pydantic_core import ErrorDetails
 
 from proxy.filters import FILTER_TYPES, Filter
 from proxy.filters.cache_control import CacheControl
 from proxy.messages import DEFAULT_COMPLETION_TOOLS
+from proxy.policies import POLICY_FORMS, PoliciesConfig, PolicyMode
+from proxy.summary_config import SummaryCacheConfig
 
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "config" / "default.yaml"
-
-FilterConfig = Annotated[Union[tuple(FILTER_TYPES.values())], Field(discriminator="type")]  # type: ignore[valid-type]
-Chain = list[FilterConfig]  # type: ignore[valid-type]
-
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -96,22 +102,21 @@ class AuthConfig(_Strict):
     """Proxy keys; with none configured the proxy is open."""
 
 
+class AdminConfig(_Strict):
+    """Who may call the admin endpoints (``POST /admin/reload``)."""
+
+    tenants: list[str] = Field(default_factory=list)
+    """Tenants (of ``auth.keys``) whose proxy keys may call admin endpoints; none: admin endpoints are off."""
+
+
 class LimitsConfig(_Strict):
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
     connect_timeout_s: float = Field(default=10, gt=0)
     read_timeout_s: float = Field(default=600, gt=0)
     max_concurrent: int | None = Field(default=None, gt=0)
     """In-flight requests beyond this are answered 429 at once (none: unbounded)."""
-
-
-class PoliciesConfig(_Strict):
-    """Filter chains, applied in this order: global, then the tenant's, then the role's."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-    global_: Chain = Field(default_factory=list, alias="global")
-    tenants: dict[str, Chain] = Field(default_factory=dict)
-    roles: dict[str, Chain] = Field(default_factory=dict)
+    max_messages: int = Field(default=10_000, gt=0)
+    """Chat completions with more messages are answered 413 (bounds the CPU one request can take)."""
 
 
 class CacheControlSlot(CacheControl):
@@ -127,10 +132,14 @@ class Config(_Strict):
     routes: list[RouteConfig] = Field(default_factory=list)
     identity: IdentityConfig = Field(default_factory=IdentityConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
+    admin: AdminConfig = Field(default_factory=AdminConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     policies: PoliciesConfig = Field(default_factory=PoliciesConfig)
     cache_control: CacheControlSlot | None = None
     on_filter_error: Literal["reject", "passthrough"] = "reject"
+    log_bodies: bool = False
+    """Put each chat completion's request body in its access line, secrets redacted (``proxy.logs.redact``)."""
+    summary_cache: SummaryCacheConfig = Field(default_factory=SummaryCacheConfig)
 
     @field_validator("upstreams")
     @classmethod
@@ -139,13 +148,48 @@ class Config(_Strict):
             raise ValueError("name at least one upstream")
         return value
 
-    @model_validator(mode="after")
-    def _routes_name_upstreams(self) -> Config:
-        for route in self.routes:
+    @field_validator("admin")
+    @classmethod
+    def _admins_have_keys(cls, admin: AdminConfig, info: ValidationInfo) -> AdminConfig:
+        auth = info.data.get("auth")
+        tenants = {entry.tenant for entry in auth.keys} if isinstance(auth, AuthConfig) else set()
+        for i, tenant in enumerate(admin.tenants):
+            if tenant not in tenants:
+                raise ValueError(f"tenants[{i}]: {tenant!r} has no proxy key in auth.keys")
+        return admin
+
+    @field_validator("routes")
+    @classmethod
+    def _routes_name_upstreams(cls, routes: list[RouteConfig], info: ValidationInfo) -> list[RouteConfig]:
+        upstreams = info.data.get("upstreams")
+        if not upstreams:  # already reported on upstreams
+            return routes
+        for i, route in enumerate(routes):
             for name in (route.upstream, *route.fallbacks):
-                if name not in self.upstreams:
-                    raise ValueError(f"route {route.model!r} names unknown upstream {name!r}")
-        return self
+                if name not in upstreams:
+                    raise ValueError(
+                        f"entry [{i}] (model {route.model!r}) names unknown upstream {name!r}; "
+                        f"known upstreams: {', '.join(upstreams)}"
+                    )
+        return routes
+
+    @field_validator("policies")
+    @classmethod
+    def _filters_name_upstreams(cls, policies: PoliciesConfig, info: ValidationInfo) -> PoliciesConfig:
+        upstreams = info.data.get("upstreams")
+        if not upstreams:  # already reported on upstreams
+            return policies
+        located = [(f"global[{i}]", f) for i, f in enumerate(policies.global_)]
+        for kind in ("tenants", "roles"):
+            for name in getattr(policies, kind):
+                located += [(at.removeprefix("policies."), f) for at, f in policies.located(kind, name)[1]]
+        for at, f in located:
+            name = getattr(f, "upstream", None)
+            if isinstance(name, str) and name not in upstreams:
+                raise ValueError(
+                    f"{at}.upstream names unknown upstream {name!r}; known upstreams: {', '.join(upstreams)}"
+                )
+        return policies
 
     @property
     def default_upstream(self) -> str:
@@ -162,10 +206,13 @@ class Config(_Strict):
         """The filters for a caller, each with its config location (global, tenant, role)."""
         located: list[tuple[str, Filter]] = [(f"policies.global[{i}]", f) for i, f in enumerate(self.policies.global_)]
         if tenant is not None:
-            chain = self.policies.tenants.get(tenant, [])
-            located += [(f"policies.tenants.{tenant}[{i}]", f) for i, f in enumerate(chain)]
-        located += [(f"policies.roles.{role}[{i}]", f) for i, f in enumerate(self.policies.roles.get(role, []))]
+            located += self.policies.located("tenants", tenant)[1]
+        located += self.policies.located("roles", role)[1]
         return located
+
+    def mode(self, role: str, tenant: str | None) -> PolicyMode:
+        """``shadow`` when the caller's tenant or role policy is in shadow mode, else ``enforce``."""
+        return self.policies.mode(role, tenant)
 
 
 class ConfigError(Exception):
@@ -216,6 +263,8 @@ def _filter_tag_positions(raw: Any, loc: tuple[Any, ...]) -> set[int]:
             tags.add(i)
         if part in ("function-after", "function-before", "function-wrap"):
             tags.add(i)
+        if part in POLICY_FORMS and i >= 3 and loc[i - 3] == "policies" and loc[i - 2] in ("tenants", "roles"):
+            tags.add(i)  # the tag of the list-or-mapping union of a tenant's or role's policy
     return tags
 
 
@@ -232,15 +281,20 @@ def _format_loc(loc: tuple[Any, ...], raw: Any) -> str:
     return out or "(top level)"
 
 
+def _bound(value: Any) -> Any:
+    """A bound as a user wrote it: ``0`` rather than ``0.0`` for a float field's whole-number bound."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 def _format_message(error: ErrorDetails) -> str:
     kind = error["type"]
     ctx = error.get("ctx") or {}
     if kind == "greater_than":
-        return f"must be > {ctx['gt']}"
+        return f"must be > {_bound(ctx['gt'])}"
     if kind == "greater_than_equal":
-        return f"must be >= {ctx['ge']}"
+        return f"must be >= {_bound(ctx['ge'])}"
     if kind == "less_than_equal":
-        return f"must be <= {ctx['le']}"
+        return f"must be <= {_bound(ctx['le'])}"
     if kind == "extra_forbidden":
         return "unknown key"
     if kind == "missing":
@@ -291,12 +345,13 @@ def load_config(path: str | Path | None = None, env: dict[str, str] | None = Non
 
 def summary(config: Config) -> str:
     """One line describing a valid config, with no secrets."""
-    roles = ", ".join(f"{role}({len(chain)})" for role, chain in config.policies.roles.items()) or "none"
+    policies = config.policies
+    roles = ", ".join(f"{role}({policies.size('roles', role)})" for role in policies.roles) or "none"
     return (
         f"ok: {len(config.upstreams)} upstream(s) ({', '.join(config.upstreams)}), {len(config.routes)} route(s), "
-        f"roles: {roles}, {len(config.policies.global_)} global and "
-        f"{sum(len(c) for c in config.policies.tenants.values())} tenant filter(s), "
-        f"{len(config.auth.keys)} proxy key(s)"
+        f"roles: {roles}, {len(policies.global_)} global and "
+        f"{sum(len(policies.located('tenants', t)[1]) for t in policies.tenants)} tenant filter(s), "
+        f"{len(config.auth.keys)} proxy key(s), summary cache: {config.summary_cache.describe()}"
     )
 
 

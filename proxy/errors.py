@@ -3,6 +3,7 @@
     ProxyError                      500 server_error
     ├── InvalidRequestError         400 invalid_request_error
     ├── AuthError                   401 authentication_error
+    ├── ForbiddenError              403 permission_error
     ├── NotFoundError               404 not_found_error
     ├── PayloadTooLargeError        413 invalid_request_error
     ├── OverloadedError             429 rate_limit_error (carries Retry-After)
@@ -50,6 +51,12 @@ class AuthError(ProxyError):
     status_code = 401
     error_type = "authentication_error"
     code = "invalid_api_key"
+
+
+class ForbiddenError(ProxyError):
+    status_code = 403
+    error_type = "permission_error"
+    code = "forbidden"
 
 
 class NotFoundError(ProxyError):

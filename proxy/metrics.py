@@ -3,90 +3,48 @@ globals) and one structured access line (logger ``history_proxy.access``, never 
 
 Label values stay bounded: ``role`` is one of the roles the config names, its default role,
 ``other`` for any other header value, or ``none`` before the caller is known; ``upstream`` is an
-upstream name from the config or ``none``; agent names never become labels.
+upstream name from the config or ``none``; ``filter`` is a registered filter type; agent names,
+request ids and models never become labels.
+
+Each process has its own registry. Under ``serve --workers N`` the command points
+``PROMETHEUS_MULTIPROC_DIR`` at a fresh directory before the workers start; prometheus-client then
+keeps every worker's values in files there and :meth:`Metrics.render` sums them, so any worker's
+``/metrics`` shows the whole server.
 """
 
 from __future__ import annotations
 
 import json
-import logging
-import re
+import os
 import time
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.multiprocess import MultiProcessCollector
 
+from proxy.access import Exchange, access_log, request_id_for
 from proxy.config import Config
+from proxy.filters import FILTER_TYPES
 from proxy.identity import Identity
-from proxy.pipeline import PipelineResult
 
-access_log = logging.getLogger("history_proxy.access")
-
-_SANE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
-
-
-def request_id_for(headers: Mapping[str, str]) -> str:
-    """The client's ``x-request-id`` when it is short and plain, else a fresh uuid4 hex."""
-    given = headers.get("x-request-id", "")
-    return given if _SANE_REQUEST_ID.match(given) else uuid.uuid4().hex
-
+__all__ = ["Exchange", "Metrics", "request_id_for"]  # Exchange and request_id_for live in proxy.access
 
 NO_LABEL = "none"
 OTHER_ROLE = "other"
 TOKEN_BUCKETS = (100, 500, 1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 64_000, 128_000, 256_000, 1_000_000)
+SUMMARIZER_ROLE = "summarizer"
+"""The role the proxy's own summary calls are counted and logged under."""
 OVERHEAD_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
-
-
-@dataclass
-class Exchange:
-    """One proxied request as the access log and the metrics see it (never content or keys)."""
-
-    request_id: str
-    method: str
-    path: str
-    started: float
-    identity: Identity | None = None
-    model: str | None = None
-    upstream: str | None = None
-    stream: bool = False
-    result: PipelineResult | None = None
-    status: int = 0
-    attempts: int = 0
-    overhead_ms: float | None = None
-    broken: bool = False
-    finished: bool = False
-
-    def elapsed_ms(self) -> float:
-        return (time.perf_counter() - self.started) * 1000
-
-    def fields(self) -> dict[str, Any]:
-        who = self.identity
-        result = self.result
-        return {
-            "request_id": self.request_id,
-            "method": self.method,
-            "path": self.path,
-            "role": who.role if who else None,
-            "agent": who.agent if who else None,
-            "tenant": who.tenant if who else None,
-            "model": self.model,
-            "upstream": self.upstream,
-            "status": self.status,
-            "stream": self.stream,
-            "attempts": self.attempts,
-            "messages_before": result.messages_before if result else None,
-            "messages_after": result.messages_after if result else None,
-            "tokens_before": result.tokens_before if result else None,
-            "tokens_after": result.tokens_after if result else None,
-            "filters": result.applied if result else None,
-            "failed_filter": result.failed_filter if result else None,
-            "broken": self.broken,
-            "overhead_ms": None if self.overhead_ms is None else round(self.overhead_ms, 2),
-            "total_ms": round(self.elapsed_ms(), 2),
-        }
+FILTER_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
+UPSTREAM_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0, 600.0)
+MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 class Metrics:
@@ -94,7 +52,7 @@ class Metrics:
 
     def __init__(self, config: Config) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self._roles = frozenset(config.policies.roles) | {config.identity.default_role}
+        self._roles = frozenset(config.policies.roles) | {config.identity.default_role, SUMMARIZER_ROLE}
         self._upstreams = frozenset(config.upstreams)
         self.requests = Counter(
             "history_proxy_requests",
@@ -128,6 +86,112 @@ class Metrics:
             buckets=OVERHEAD_BUCKETS,
             registry=self.registry,
         )
+        self._add_summary_collectors()
+        self._add_report_collectors(config)
+
+    def _add_summary_collectors(self) -> None:
+        self.summary_hits = Counter(
+            "history_proxy_summary_cache_hits",
+            "Summaries found without a model call, by where: memory, redis, inflight (joined a running call).",
+            ["source"],
+            registry=self.registry,
+        )
+        self.summary_misses = Counter(
+            "history_proxy_summary_cache_misses", "Summaries that needed a model call.", registry=self.registry
+        )
+        self.summary_errors = Counter(
+            "history_proxy_summary_cache_errors",
+            "Failed summary cache operations (e.g. Redis unreachable), by backend.",
+            ["backend"],
+            registry=self.registry,
+        )
+        self.summary_calls = Counter(
+            "history_proxy_summary_calls",
+            "Summary calls to an upstream, by upstream and outcome (ok, error, timeout, cancelled at shutdown).",
+            ["upstream", "outcome"],
+            registry=self.registry,
+        )
+
+    def _add_report_collectors(self, config: Config) -> None:
+        """What each chain did, upstream timings and open streams."""
+        self._secrets = [u.key for u in config.upstreams.values() if u.key] + [
+            k.key.get_secret_value() for k in config.auth.keys
+        ]
+        self.filter_tokens_removed = Counter(
+            "history_proxy_filter_tokens_removed",
+            "Prompt tokens removed by filters (shadow mode included), by filter type and caller role.",
+            ["filter", "role"],
+            registry=self.registry,
+        )
+        self.filter_tokens_added = Counter(
+            "history_proxy_filter_tokens_added",
+            "Prompt tokens added by filters (digests, summaries, notices), by filter type and caller role.",
+            ["filter", "role"],
+            registry=self.registry,
+        )
+        self.filter_seconds = Histogram(
+            "history_proxy_filter_seconds",
+            "Time one filter took on one request, by filter type.",
+            ["filter"],
+            buckets=FILTER_BUCKETS,
+            registry=self.registry,
+        )
+        self.shadow_requests = Counter(
+            "history_proxy_shadow_requests",
+            "Chat completions whose chain ran in shadow mode (reported, original forwarded), by role.",
+            ["role"],
+            registry=self.registry,
+        )
+        self.upstream_seconds = Histogram(
+            "history_proxy_upstream_seconds",
+            "From sending to the upstream until its whole answer was relayed (retries included).",
+            ["upstream"],
+            buckets=UPSTREAM_BUCKETS,
+            registry=self.registry,
+        )
+        self.upstream_first_byte = Histogram(
+            "history_proxy_upstream_first_byte_seconds",
+            "From sending to the upstream until the first byte of its answer's body.",
+            ["upstream"],
+            buckets=UPSTREAM_BUCKETS,
+            registry=self.registry,
+        )
+        self.streams_in_flight = Gauge(
+            "history_proxy_streams_in_flight",
+            "Upstream answers to stream: true requests being relayed right now.",
+            registry=self.registry,
+            multiprocess_mode="livesum",
+        )
+
+    def stream_opened(self, exchange: Exchange) -> None:
+        """Count a streamed answer as in flight until :meth:`finish`."""
+        if not exchange.streaming and not exchange.finished:
+            exchange.streaming = True
+            self.streams_in_flight.inc()
+
+    def _observe_report(self, exchange: Exchange) -> None:
+        """Per-filter tokens and time, shadow runs, upstream timings and the end of a stream."""
+        if exchange.streaming:
+            self.streams_in_flight.dec()
+        upstream = self.upstream_label(exchange.upstream)
+        if (seconds := exchange.upstream_ms()) is not None:
+            self.upstream_seconds.labels(upstream).observe(seconds / 1000)
+        if (seconds := exchange.first_byte_ms()) is not None:
+            self.upstream_first_byte.labels(upstream).observe(max(0.0, seconds / 1000))
+        result = exchange.result
+        if result is None or exchange.upstream is None:  # previews are not traffic
+            return
+        role = self.role_label(exchange.identity.role if exchange.identity else None)
+        if result.mode == "shadow":
+            self.shadow_requests.labels(role).inc()
+        for outcome in result.report.get("filters", []):
+            kind = self.filter_label(outcome["type"])
+            removed = outcome["tokens_removed"]
+            if removed > 0:
+                self.filter_tokens_removed.labels(kind, role).inc(removed)
+            elif removed < 0:
+                self.filter_tokens_added.labels(kind, role).inc(-removed)
+            self.filter_seconds.labels(kind).observe(outcome["ms"] / 1000)
 
     def role_label(self, role: str | None) -> str:
         """``role`` if the config names it, else ``other`` (``none`` when unknown)."""
@@ -135,8 +199,21 @@ class Metrics:
             return NO_LABEL
         return role if role in self._roles else OTHER_ROLE
 
+    @staticmethod
+    def filter_label(filter_type: str) -> str:
+        """A registered filter type, else ``other``."""
+        return filter_type if filter_type in FILTER_TYPES else "other"
+
     def upstream_label(self, upstream: str | None) -> str:
         return upstream if upstream in self._upstreams else NO_LABEL
+
+    def reconfigure(self, config: Config) -> None:
+        """Take a reloaded config's roles, upstreams and secrets (collectors and their counts are kept)."""
+        self._roles = frozenset(config.policies.roles) | {config.identity.default_role, SUMMARIZER_ROLE}
+        self._upstreams = frozenset(config.upstreams)
+        self._secrets = [u.key for u in config.upstreams.values() if u.key] + [
+            k.key.get_secret_value() for k in config.auth.keys
+        ]
 
     def observe_request(self, *, role: str | None, upstream: str | None, status: int) -> None:
         """Count one answered request."""
@@ -149,7 +226,7 @@ class Metrics:
         self.tokens_after.labels(label).observe(after)
 
     def observe_filter_failure(self, filter_type: str) -> None:
-        self.filter_failures.labels(filter_type).inc()
+        self.filter_failures.labels(self.filter_label(filter_type)).inc()
 
     def observe_overhead(self, seconds: float) -> None:
         self.overhead.observe(max(0.0, seconds))
@@ -163,7 +240,7 @@ class Metrics:
             exchange.status = status
         role = exchange.identity.role if exchange.identity else None
         self.observe_request(role=role, upstream=exchange.upstream, status=exchange.status)
-        if exchange.result is not None:
+        if exchange.result is not None and exchange.upstream is not None:  # previews are not traffic
             self.observe_tokens(
                 role=role, before=exchange.result.tokens_before, after=exchange.result.tokens_after
             )
@@ -171,9 +248,42 @@ class Metrics:
                 self.observe_filter_failure(exchange.result.failed_filter.partition("@")[0])
         if exchange.overhead_ms is not None:
             self.observe_overhead(exchange.overhead_ms / 1000)
-        fields = exchange.fields()
+        self._observe_report(exchange)
+        fields = exchange.fields(self._secrets)
         access_log.info(json.dumps(fields, separators=(",", ":")), extra={"access": fields})
 
+    # --- summaries (``summarize``): the recorder proxy.summary_cache reports to ---------------------
+
+    def summary_cache_hit(self, source: str) -> None:
+        self.summary_hits.labels(source).inc()
+
+    def summary_cache_miss(self) -> None:
+        self.summary_misses.inc()
+
+    def summary_cache_error(self, backend: str) -> None:
+        self.summary_errors.labels(backend).inc()
+
+    def summary_call(
+        self, *, upstream: str | None, model: str, outcome: str, status: int, seconds: float
+    ) -> None:
+        """Count one summary call, and log and count it as a request of role ``summarizer``."""
+        self.summary_calls.labels(self.upstream_label(upstream), outcome).inc()
+        exchange = Exchange(
+            uuid.uuid4().hex,
+            "POST",
+            "/v1/chat/completions",
+            time.perf_counter() - seconds,
+            identity=Identity(role=SUMMARIZER_ROLE),
+            model=model or None,
+            upstream=upstream,
+        )
+        self.finish(exchange, status)
+
     def render(self) -> tuple[bytes, str]:
-        """The Prometheus text exposition and its content type."""
+        """The Prometheus text exposition and its content type (every worker's, in multiprocess mode)."""
+        directory = os.environ.get(MULTIPROCESS_ENV)
+        if directory:
+            merged = CollectorRegistry()
+            MultiProcessCollector(merged, path=directory)  # type: ignore[no-untyped-call]
+            return generate_latest(merged), CONTENT_TYPE_LATEST
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

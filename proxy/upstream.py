@@ -19,12 +19,17 @@ Only this module imports httpx; ``app.py`` turns an :class:`UpstreamReply` into 
 from __future__ import annotations
 
 import asyncio
+import copy
 import email.utils
+import itertools
 import json
 import logging
 import random
+import re
 import socket
+import ssl
 import time
+import urllib.parse
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -35,7 +40,8 @@ import httpx
 import uvicorn
 
 from proxy.config import Config, UpstreamConfig
-from proxy.errors import ProxyError, UpstreamTimeoutError, UpstreamUnavailableError
+from proxy.errors import InvalidRequestError, ProxyError, UpstreamTimeoutError, UpstreamUnavailableError
+from proxy.logs import NotFromTask
 from proxy.messages import Message, strip_annotations
 
 log = logging.getLogger("history_proxy.upstream")
@@ -47,6 +53,12 @@ NOT_FORWARDED = frozenset({"host", "content-length", "accept-encoding", "authori
 # the proxy's server writes its own Date and Server; two of each would be a malformed answer
 NOT_RETURNED = frozenset({"content-length", "date", "server"})
 RETRY_STATUSES = frozenset({429, 502, 503})
+MAX_CONNECTIONS = 1024
+POOL_SHARDS = 64
+KEEPALIVE_S = 30.0
+_DOT_SEGMENT = re.compile(r"(?:^|/)\.\.?(?:/|$)")
+SUMMARY_PURPOSE = "summary"
+"""``x-history-purpose`` of the proxy's own summary requests."""
 
 Body = bytes | Callable[[str], Awaitable[bytes]] | AsyncIterable[bytes] | None
 """What to send: fixed bytes, bytes built per upstream (a fallback may need other cache marks),
@@ -130,6 +142,8 @@ class UpstreamReply:
     """Set when the body broke off after streaming started."""
     complete: bool = field(default=False, init=False)
     """Set when the whole body was relayed."""
+    first_byte_at: float | None = field(default=None, init=False)
+    """When :meth:`stream` received the first piece of the body (``time.perf_counter``)."""
 
     @property
     def status_code(self) -> int:
@@ -161,6 +175,8 @@ class UpstreamReply:
         """The raw body as it arrives; a failure after the first byte ends it as the docstring above says."""
         try:
             async for chunk in self.response.aiter_raw():
+                if self.first_byte_at is None:
+                    self.first_byte_at = time.perf_counter()
                 yield chunk
             self.complete = True
         except httpx.HTTPError as exc:
@@ -190,6 +206,67 @@ def _transport_error(upstream: str, exc: httpx.HTTPError, *, mid_stream: bool = 
     )
 
 
+class _ClientPool:
+    """The shared httpx clients, used in turn; each opened when traffic first reaches it.
+
+    httpcore's pool scans (idle x all) of its connections whenever a request starts or ends, which
+    costs seconds of CPU with hundreds of open streams: small pools keep each scan short. It also
+    closes connections idle past their keep-alive only when their pool is next used, so a sweeper
+    closes them in pools that traffic no longer reaches.
+    """
+
+    def __init__(self) -> None:
+        self._clients: list[httpx.AsyncClient] = []
+        self._turn = itertools.count()
+        self._ssl: ssl.SSLContext | None = None
+        self._timeout = httpx.Timeout(10)
+        self._sweeper: asyncio.Task[None] | None = None
+
+    def open(self, timeout: httpx.Timeout) -> None:
+        self._ssl, self._timeout = httpx.create_ssl_context(), timeout
+        self._sweeper = asyncio.create_task(self._sweep_forever(), name="history-proxy connection sweeper")
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(KEEPALIVE_S / 2)
+            await self.sweep()
+
+    async def sweep(self) -> None:
+        """Close every connection idle past its keep-alive, in every pool."""
+        for client in list(self._clients):
+            # httpx internals: if they ever change, there is nothing to sweep and the pools clean up as before
+            pool = getattr(getattr(client, "_transport", None), "_pool", None)
+            for connection in list(getattr(pool, "connections", ())):
+                if connection.is_idle() and connection.has_expired():
+                    await connection.aclose()  # the pool drops closed connections when next used
+
+    def next(self) -> httpx.AsyncClient:
+        if self._ssl is None:
+            raise RuntimeError("upstream client is not open: run the app inside its lifespan")
+        index = next(self._turn) % POOL_SHARDS
+        if index >= len(self._clients):
+            per_pool = MAX_CONNECTIONS // POOL_SHARDS
+            limits = httpx.Limits(
+                max_connections=per_pool, max_keepalive_connections=per_pool, keepalive_expiry=KEEPALIVE_S
+            )
+            self._clients.append(
+                httpx.AsyncClient(
+                    timeout=self._timeout, limits=limits, verify=self._ssl, follow_redirects=False
+                )
+            )
+            index = len(self._clients) - 1
+        return self._clients[index]
+
+    async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        self._ssl = None
+        clients, self._clients = self._clients, []
+        for client in clients:
+            await client.aclose()
+
+
 class Upstreams:
     """The shared client and the built-in mock; sends requests to named upstreams."""
 
@@ -197,45 +274,50 @@ class Upstreams:
         self.config = config
         self.backoff_s = backoff_s
         self.max_retry_wait_s = max_retry_wait_s
-        self._client: httpx.AsyncClient | None = None
+        self._pool = _ClientPool()
         self._mock: MockUpstreamServer | None = None
 
     async def start(self) -> None:
-        """Open the client, and the built-in mock when an upstream is served by it."""
-        limits = self.config.limits
-        self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(
-                connect=limits.connect_timeout_s,
-                read=limits.read_timeout_s,
-                write=limits.read_timeout_s,
-                pool=limits.connect_timeout_s,
-            ),
-            limits=httpx.Limits(max_connections=1000, max_keepalive_connections=200, keepalive_expiry=30),
-            http1=True,
-            http2=False,
-            follow_redirects=False,
-        )
+        """Open the client pool, and the built-in mock when an upstream is served by it."""
+        self._pool.open(self._timeout())
         if any(u.is_mock for u in self.config.upstreams.values()):
             self._mock = MockUpstreamServer()
             await self._mock.start()
 
     async def stop(self) -> None:
-        """Close the client and stop the mock."""
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        """Close the client pool (shared by every reconfigured view) and stop the mock."""
+        await self._pool.close()
         if self._mock is not None:
             await self._mock.stop()
             self._mock = None
 
     @property
     def client(self) -> httpx.AsyncClient:
-        if self._client is None:
-            raise RuntimeError("upstream client is not open: run the app inside its lifespan")
-        return self._client
+        """One of the shared clients, in turn."""
+        return self._pool.next()
+
+    async def reconfigured(self, config: Config) -> Upstreams:
+        """A view routing by a reloaded ``config`` that shares this client and built-in mock.
+
+        Starts the mock when ``config`` is the first to need it; the last view stops everything.
+        """
+        view = copy.copy(self)
+        view.config = config
+        if view._mock is None and any(u.is_mock for u in config.upstreams.values()):
+            view._mock = MockUpstreamServer()
+            await view._mock.start()
+        return view
 
     def url(self, name: str, path: str, query: str = "") -> str:
-        """The upstream URL for a path below ``/v1`` (the mock's local address for mock upstreams)."""
+        """The upstream URL for a path below ``/v1`` (the mock's local address for mock upstreams).
+
+        Only the config names the scheme, host and base path: a path that is not absolute or holds
+        ``.``/``..`` segments (which would climb out of the base path) is refused with a 400.
+        """
+        if not path.startswith("/") or _DOT_SEGMENT.search(urllib.parse.unquote(path)):
+            raise InvalidRequestError(
+                "the request path must be absolute and without '.' or '..' segments", code="invalid_path"
+            )
         upstream = self.config.upstreams[name]
         if upstream.is_mock:
             if self._mock is None:
@@ -272,15 +354,28 @@ class Upstreams:
             upstream = self.config.upstreams[name]
             tries = upstream.retries + 1 if replayable else 1
             content = await body(name) if callable(body) else body
-            outgoing = request_headers(headers, upstream, client_auth_is_proxy_key=proxy_keys)
+            outgoing = [  # as bytes: the server decoded them as latin-1, and httpx would encode str as ASCII
+                (name.encode("latin-1"), value.encode("latin-1", "replace"))
+                for name, value in request_headers(headers, upstream, client_auth_is_proxy_key=proxy_keys)
+            ]
             for attempt in range(tries):
-                request = self.client.build_request(
-                    method, self.url(name, path, query), headers=outgoing, content=content
-                )
+                client = self.client
+                try:
+                    request = client.build_request(
+                        method,
+                        self.url(name, path, query),
+                        headers=outgoing,
+                        content=content,
+                        timeout=self._timeout(),
+                    )
+                except httpx.InvalidURL:
+                    raise InvalidRequestError(
+                        "the request path or query cannot be forwarded", code="invalid_path"
+                    ) from None
                 attempts += 1
                 started = time.perf_counter()
                 try:
-                    response = await self.client.send(request, stream=True)
+                    response = await client.send(request, stream=True)
                 except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                     # nothing reached the upstream: safe to try again
                     waited += time.perf_counter() - started
@@ -308,6 +403,16 @@ class Upstreams:
         # the last upstream either answered (returned above) or could not be reached
         raise failure or UpstreamUnavailableError("no upstream could be reached")
 
+    def _timeout(self) -> httpx.Timeout:
+        """This config's timeouts (per request, so a reloaded config's limits apply at once)."""
+        limits = self.config.limits
+        return httpx.Timeout(
+            connect=limits.connect_timeout_s,
+            read=limits.read_timeout_s,
+            write=limits.read_timeout_s,
+            pool=limits.connect_timeout_s,
+        )
+
     def _backoff(self, attempt: int) -> float:
         return float(min(self.backoff_s * 2**attempt, self.max_retry_wait_s) * random.uniform(0.5, 1.0))
 
@@ -328,7 +433,13 @@ class Upstreams:
             "model": model,
             "messages": [*strip_annotations(messages), {"role": "user", "content": prompt}],
         }
-        headers = [("content-type", "application/json")]
+        # Sent straight to the upstream, never through a filter chain; the purpose header tells the
+        # mock (and a history-proxy further along) that this is a summary request.
+        headers = [
+            ("content-type", "application/json"),
+            ("x-history-purpose", SUMMARY_PURPOSE),
+            ("x-agent-role", "summarizer"),
+        ]
         if target.key is not None:
             headers.append(("authorization", f"Bearer {target.key}"))
         try:
@@ -369,6 +480,7 @@ class MockUpstreamServer:
     def __init__(self) -> None:
         self._server: _QuietServer | None = None
         self._task: asyncio.Task[None] | None = None
+        self._quiet: logging.Filter = logging.Filter()
         self.base_url = ""
 
     async def start(self) -> None:
@@ -390,6 +502,9 @@ class MockUpstreamServer:
         self._task = asyncio.create_task(
             self._server.serve(sockets=[sock]), name="history-proxy mock upstream"
         )
+        # the mock's uvicorn lines ("Started server process", ...) would read as the proxy's own
+        self._quiet = NotFromTask(self._task)
+        logging.getLogger("uvicorn.error").addFilter(self._quiet)
         while not self._server.started:
             if self._task.done():
                 self._task.result()
@@ -406,4 +521,5 @@ class MockUpstreamServer:
             await asyncio.wait_for(self._task, timeout=5)
         except TimeoutError:
             self._task.cancel()
+        logging.getLogger("uvicorn.error").removeFilter(self._quiet)
         self._server = self._task = None
