@@ -93,7 +93,10 @@ def tool_calls(message: Message) -> list[dict[str, Any]]:
 
 def is_action(message: Message) -> bool:
     """An assistant message that carries tool calls."""
-    return message.get("role") == "assistant" and bool(tool_calls(message))
+    if message.get("role") != "assistant":
+        return False
+    calls = message.get("tool_calls")
+    return isinstance(calls, list) and bool(calls)
 
 
 def call_name(call: dict[str, Any]) -> str:
@@ -144,23 +147,19 @@ def classify(messages: Sequence[Message], completion_tools: Iterable[str] = DEFA
     """
     completion = frozenset(completion_tools)
     kinds: list[str] = []
-    group_kind = OBSERVATION
+    group_kind = OBSERVATION  # what the tool messages of the current group are
     for message in messages:
         role = message.get("role")
         inferred: str
-        if role == "assistant" and tool_calls(message):
-            final = any(name in completion for name in tool_call_names(message))
+        if role == "tool":
+            inferred = group_kind
+        # an action (is_action inlined: this runs for every message of every request)
+        elif role == "assistant" and isinstance(calls := message.get("tool_calls"), list) and calls:
+            final = any(call_name(call) in completion for call in calls)
             inferred = FINAL if final else ACTION
             group_kind = FINAL if final else OBSERVATION
-        elif role == "tool":
-            inferred = group_kind
-        elif role == "user":
-            inferred = TASK
-        elif role in SYSTEM_ROLES:
-            inferred = SYSTEM
         else:
-            inferred = CONVERSATION
-        if role != "tool" and not (role == "assistant" and tool_calls(message)):
+            inferred = TASK if role == "user" else SYSTEM if role in SYSTEM_ROLES else CONVERSATION
             group_kind = OBSERVATION
         annotated = message.get("message_type")
         kinds.append(annotated if isinstance(annotated, str) else inferred)
@@ -199,7 +198,9 @@ def group_spans(messages: Sequence[Message], start: int = 0, end: int | None = N
     i = start
     while i < stop:
         j = i + 1
-        if is_action(messages[i]):
+        message = messages[i]
+        # an action (is_action inlined: this runs for every message of every request)
+        if message.get("role") == "assistant" and isinstance(calls := message.get("tool_calls"), list) and calls:
             while j < stop and messages[j].get("role") == "tool":
                 j += 1
         spans.append((i, j))
@@ -309,17 +310,54 @@ def cache_mark_count(messages: Sequence[Message]) -> int:
 
 def invariant_errors(messages: Sequence[Message]) -> dict[str, list[str]]:
     """Every invariant violation of a message list, by invariant name."""
+    marks = cache_mark_count(messages)
     found = {
         "non_empty": [] if messages else ["the message list is empty"],
         "tool_pairs": tool_pair_errors(messages),
         "assistant_content": empty_assistant_errors(messages),
-        "cache_marks": (
-            [f"{cache_mark_count(messages)} cache_control marks (at most {MAX_CACHE_MARKS})"]
-            if cache_mark_count(messages) > MAX_CACHE_MARKS
-            else []
-        ),
+        "cache_marks": [f"{marks} cache_control marks (at most {MAX_CACHE_MARKS})"] if marks > MAX_CACHE_MARKS else [],
     }
     return {name: errors for name, errors in found.items() if errors}
+
+
+def invariants_hold(messages: Sequence[Message]) -> bool:
+    """``invariant_errors(messages) == {}``, in one pass that stops at the first violation.
+
+    The check a request pays for on every call; :func:`invariant_errors` says what is wrong.
+    """
+    if not messages:
+        return False
+    open_ids: list[str] | None = None  # as in tool_pair_errors
+    marks = 0
+    for message in messages:
+        role = message.get("role")
+        content = message.get("content")
+        if "cache_control" in message:
+            marks += 1
+        if isinstance(content, list):
+            marks += sum(1 for part in content if isinstance(part, dict) and "cache_control" in part)
+        if role == "tool":
+            call_id = message.get("tool_call_id")
+            if open_ids is None or call_id not in open_ids:
+                return False
+            open_ids.remove(call_id)
+            continue
+        if open_ids:
+            return False
+        open_ids = None
+        if role != "assistant":
+            continue
+        calls = message.get("tool_calls")
+        if isinstance(calls, list) and calls:
+            open_ids = [str(call.get("id")) for call in calls]
+        elif not (
+            (content.strip() if isinstance(content, str) else has_text(message))
+            or message.get("refusal")
+            or message.get("audio")
+            or message.get("function_call")
+        ):
+            return False
+    return marks <= MAX_CACHE_MARKS
 
 
 def broken_invariants(before: Sequence[Message], after: Sequence[Message]) -> list[str]:

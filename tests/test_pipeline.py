@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import itertools
 from typing import Any, Literal
 
 import pytest
@@ -11,6 +12,8 @@ import pytest
 from proxy.config import Config, PoliciesConfig, parse_config
 from proxy.errors import FilterError, InvalidRequestError
 from proxy.filters import Filter, FilterContext
+from proxy.filters.observations import LastNObservations
+from proxy.filters.token_limiter import TokenLimiter
 from proxy.identity import Identity
 from proxy.messages import Message, NotApplicable, cache_mark_count
 from proxy.pipeline import Pipeline, PipelineResult
@@ -349,6 +352,85 @@ def test_an_input_that_already_broke_an_invariant_is_not_blamed_on_the_filter() 
     outcome = run(make_config(roles={"worker": [Record()]}), body(stray))
     assert outcome.failed_filter is None
     assert len(outcome.body["messages"]) == 4
+
+
+def test_the_filter_that_broke_an_invariant_is_named_even_when_later_filters_ran() -> None:
+    config = make_config(roles={"worker": [Record(note="a"), BreakPairs(), Record(note="b"), DropFirstAfterSystem()]})
+    with pytest.raises(FilterError) as caught:
+        run(config, body())
+    assert (caught.value.filter_type, caught.value.position) == ("break_pairs", "policies.roles.worker[1]")
+    assert "tool_pairs" in caught.value.message
+
+    passed = run(config.model_copy(update={"on_filter_error": "passthrough"}), body())
+    assert passed.failed_filter == "break_pairs@policies.roles.worker[1]"
+    assert len(passed.body["messages"]) == 6 and passed.report["filters"] == []
+
+
+def test_a_filter_fed_a_broken_list_is_not_blamed_for_failing_on_it() -> None:
+    # DropFirstAfterSystem indexes messages[0] of the empty list Empty returned
+    with pytest.raises(FilterError) as caught:
+        run(make_config(global_=[Empty()], roles={"worker": [DropFirstAfterSystem(), Boom()]}), body())
+    assert (caught.value.filter_type, caught.value.position) == ("empty", "policies.global[0]")
+    assert "non_empty" in caught.value.message
+
+
+def test_a_filter_that_breaks_an_invariant_and_then_cannot_apply_is_a_500_not_a_400() -> None:
+    with pytest.raises(FilterError) as caught:
+        run(make_config(roles={"worker": [BreakPairs(), NeedsPhase()]}), body())
+    assert caught.value.filter_type == "break_pairs"
+
+
+def test_per_filter_token_figures_equal_a_fresh_count_of_every_output() -> None:
+    reads = [action(call("bash", {"cmd": f"cat log{k}"}, call_id=f"r{k}")) for k in range(3)]
+    logs = [[act, result(act, f"log line {k}\n" * 40, message_type="observation")] for k, act in enumerate(reads)]
+    messages = [*conversation(), *(m for pair in logs for m in pair), assistant("Read them."), user("And now?")]
+    chain = [
+        Record(note="first note"),
+        DropFirstAfterSystem(),
+        LastNObservations(type="last_n_observations", n=1),
+        TokenLimiter(type="token_limiter", limit=60),
+    ]
+    outcome = run(make_config(roles={"worker": chain}), body(copy.deepcopy(messages)))
+    fresh = TokenCounters().get(model="gpt-4o")
+    outputs = [messages]
+    for filter_ in chain:
+        outputs.append(filter_.apply(outputs[-1], FilterContext(model="gpt-4o", tokens=TokenCounters())))
+    removed = [fresh.messages(a) - fresh.messages(b) for a, b in itertools.pairwise(outputs)]
+    assert [f["tokens_removed"] for f in outcome.report["filters"]] == removed
+    assert outcome.report["before"]["tokens"] == fresh.messages(messages)
+    assert outcome.report["after"]["tokens"] == fresh.messages(outcome.body["messages"])
+    assert outcome.report["after"]["tokens_by_role"] == {
+        role: sum(fresh.message(m) for m in outcome.body["messages"] if m["role"] == role)
+        for role in {m["role"] for m in outcome.body["messages"]}
+    }
+
+
+def test_a_growing_conversation_tokenizes_only_its_new_strings_per_request() -> None:
+    tokens = TokenCounters()
+    pipeline = Pipeline(make_config(roles={"worker": [TokenLimiter(type="token_limiter", limit=100_000)]}), tokens)
+    history = conversation()
+    asyncio.run(pipeline.run(copy.deepcopy(body(history)), Identity(role="worker")))
+    misses = tokens.get(model="gpt-4o").misses
+    grown = [*history, assistant("Tests pass."), user("Ship it.")]
+    asyncio.run(pipeline.run(copy.deepcopy(body(grown)), Identity(role="worker")))  # parsed afresh, as from JSON
+    assert tokens.get(model="gpt-4o").misses == misses + 2
+
+
+@pytest.mark.parametrize(
+    ("message", "field"),
+    [
+        ({"role": "assistant", "content": None, "tool_calls": [{"id": 7, "function": {"name": "f"}}]}, "tool_calls"),
+        ({"role": "assistant", "tool_calls": [{"id": "a", "function": {"name": "f", "arguments": {}}}]}, "tool_calls"),
+        ({"role": "tool", "content": "ok", "tool_call_id": 5}, "tool_call_id"),
+        ({"role": "user", "content": "hi", "name": None}, "name"),
+        ({"role": "user", "content": {"text": "hi"}}, "content"),
+        ({"role": "user", "content": [{"type": "text", "text": 3}]}, "content"),
+    ],
+)
+def test_every_malformed_field_is_caught_whatever_else_the_message_holds(message: Message, field: str) -> None:
+    with pytest.raises(InvalidRequestError) as caught:
+        run(make_config(), {"messages": [user(), message]})
+    assert caught.value.message.startswith(f"messages[1].{field} must be")
 
 
 def test_a_filter_that_cannot_apply_is_a_400_naming_it() -> None:

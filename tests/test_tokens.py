@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from pathlib import Path
 from typing import Any
@@ -131,6 +132,52 @@ def test_recounting_a_grown_conversation_tokenizes_only_the_new_strings() -> Non
     assert second > first
     assert counter.messages(grown) == second
     assert counter.misses == misses + 2
+
+
+class WatchedMessage(dict[str, Any]):
+    """A message that counts how often its fields are read, to see how often it is counted."""
+
+    reads = 0
+
+    def items(self) -> Any:
+        self.reads += 1
+        return super().items()
+
+
+def test_a_request_view_counts_each_message_object_once_and_agrees_with_the_counter() -> None:
+    counters = TokenCounters()
+    shared = counters.get(model="gpt-4o")
+    act = action(call("bash", {"cmd": "ls"}), text="Listing.")
+    messages = [
+        WatchedMessage(m)
+        for m in (system(), user("Fix it.", name="alice"), act, assistant(None, refusal="no"), user("x", tags=["t"]))
+    ]
+    view = counters.for_request().get(model="gpt-4o")
+    first = view.messages(messages)
+    assert view.messages(messages) == view.messages(list(reversed(messages))) == first
+    assert [view.message(m) for m in messages] == view.each(messages)
+    assert all(m.reads == 1 for m in messages)
+    assert first == shared.messages([dict(m) for m in messages])
+
+
+def test_a_message_changed_by_a_filter_is_a_new_object_and_is_counted_again() -> None:
+    view = TokenCounters().for_request().get(model="gpt-4o")
+    original = user("a short question")
+    longer = {**original, "content": "a much longer question than the one before it"}
+    assert view.message(longer) > view.message(original)
+
+
+def test_every_request_gets_its_own_view_over_one_shared_string_cache() -> None:
+    counters = TokenCounters()
+    history = [system("You fix bugs."), user("The build fails."), assistant("Looking at it.")]
+    counters.for_request().get(model="gpt-4o").messages(copy.deepcopy(history))
+    misses = counters.get(model="gpt-4o").misses
+    grown = [*history, assistant("Found the typo in setup.py."), user("Great, now run the tests.")]
+    request = counters.for_request()
+    view = request.get(model="gpt-4o")
+    assert view is request.get(encoding="o200k_base") is not counters.for_request().get(model="gpt-4o")
+    assert view.messages(copy.deepcopy(grown)) == counters.get(model="gpt-4o").messages(grown)
+    assert counters.get(model="gpt-4o").misses == view.misses == misses + 2
 
 
 def test_counts_stay_right_when_the_cache_evicts() -> None:

@@ -102,6 +102,8 @@ def has_mark(message: Message) -> bool:
 def without_mark(message: Message, mark: dict[str, Any]) -> Message:
     """``message`` without the marks equal to ``mark`` (the same object when it has none)."""
     content = message.get("content")
+    if "cache_control" not in message and not isinstance(content, list):
+        return message  # the common case: no mark anywhere
     new_content = content
     if isinstance(content, list) and any(
         isinstance(p, dict) and p.get("cache_control") == mark for p in content
