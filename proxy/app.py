@@ -11,11 +11,8 @@ not forwarded), any other ``/v1/...`` (forwarded unchanged), ``GET /healthz``, `
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import os
-import re
 import sys
 import time
 import uuid
@@ -33,19 +30,14 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.config import Config, ConfigError, load_config, summary
-from proxy.errors import (
-    FilterError,
-    InvalidRequestError,
-    NotFoundError,
-    PayloadTooLargeError,
-    ProxyError,
-    error_body,
-)
+from proxy.errors import FilterError, NotFoundError, ProxyError, error_body
 from proxy.guard import CLIENT_CLOSED, RequestGuard
 from proxy.identity import Identity, resolve_identity
 from proxy.metrics import Exchange, Metrics, request_id_for
-from proxy.pipeline import Pipeline, PipelineResult
+from proxy.pipeline import Pipeline
 from proxy.reload import Reloader, ServesState, ServingState, StateSwitch, authorize_admin, reload_on_sighup
+from proxy.report_headers import history_headers
+from proxy.request_body import capped_stream, encode_json, has_body, model_of, parse_body, read_body
 from proxy.summary_cache import CachingSummarizer
 from proxy.summary_store import summary_backend
 from proxy.tokens import TokenCounters
@@ -54,117 +46,6 @@ from proxy.upstream import Body, UpstreamReply, Upstreams
 CONFIG_ENV = "HISTORY_PROXY_CONFIG"
 
 log = logging.getLogger("history_proxy")
-
-_HEADER_UNSAFE = re.compile(r"[^\x20-\x7e]")
-
-
-def encode_json(body: Any) -> bytes:
-    """Compact UTF-8 JSON, the one serialization of a filtered body."""
-    try:
-        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate ("\\ud800") has no UTF-8 form: keep it escaped
-        return json.dumps(body, separators=(",", ":")).encode("ascii")
-    except RecursionError:
-        raise InvalidRequestError("the request body is nested too deeply", code="invalid_json") from None
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if math.isinf(value):  # 1e999 parses as infinity, which JSON cannot carry on
-        raise ValueError(f"the number {text[:20]} is out of range")
-    return value
-
-
-def parse_body(raw: bytes) -> dict[str, Any]:
-    """The request body as a JSON object, or a 400 saying what to send instead."""
-    try:
-        body = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
-    except RecursionError:
-        raise InvalidRequestError("the request body is nested too deeply", code="invalid_json") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidRequestError(
-            f"the request body is not valid JSON ({exc}); send a JSON object with 'model' and 'messages'",
-            code="invalid_json",
-        ) from None
-    if not isinstance(body, dict):
-        raise InvalidRequestError(
-            f"the request body must be a JSON object with 'model' and 'messages', not a JSON {type(body).__name__}",
-            code="invalid_json",
-        )
-    return body
-
-
-def _too_large(limit: int, size: str) -> PayloadTooLargeError:
-    return PayloadTooLargeError(
-        f"the request body is {size} bytes; this proxy accepts at most {limit} (limits.max_body_bytes)"
-    )
-
-
-def _check_declared_length(request: Request, limit: int) -> None:
-    declared = request.headers.get("content-length")
-    if declared is not None and not declared.strip().isdigit():
-        raise InvalidRequestError(
-            "the Content-Length header must be a number of bytes", code="invalid_header"
-        )
-    if declared is not None and int(declared) > limit:
-        raise _too_large(limit, declared.strip())
-
-
-async def capped_stream(request: Request, limit: int) -> AsyncIterator[bytes]:
-    """The body as it arrives; 413 when Content-Length or the bytes so far exceed ``limit``."""
-    _check_declared_length(request, limit)
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(limit, f"over {limit}")
-        yield chunk
-
-
-async def read_body(request: Request, limit: int) -> bytes:
-    """The whole body, refusing (413) anything over ``limit`` bytes before or while reading it."""
-    return b"".join([chunk async for chunk in capped_stream(request, limit)])
-
-
-def _has_body(request: Request) -> bool:
-    return request.headers.get("content-length", "0") != "0" or "transfer-encoding" in request.headers
-
-
-def _model_of(raw: bytes) -> str:
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        return ""
-    model = body.get("model") if isinstance(body, dict) else None
-    return model if isinstance(model, str) else ""
-
-
-def _header_value(value: object) -> str:
-    return _HEADER_UNSAFE.sub("?", str(value))
-
-
-def history_headers(result: PipelineResult, role: str) -> dict[str, str]:
-    """The ``x-history-*`` headers describing what the chain did."""
-    applied = [*result.applied, *result.report.get("notes", [])]
-    if result.failed_filter:
-        applied.append(f"failed:{result.failed_filter}")
-    headers = {
-        "x-history-role": _header_value(role),
-        "x-history-mode": result.mode,
-        "x-history-filters": _header_value(",".join(applied)),
-        "x-history-tokens-before": str(result.tokens_before),
-        "x-history-tokens-after": str(result.tokens_after),
-        "x-history-messages-before": str(result.messages_before),
-        "x-history-messages-after": str(result.messages_after),
-    }
-    if result.mode == "shadow":  # "after" is what the chain would send; these are what was sent
-        headers["x-history-tokens-forwarded"] = str(result.tokens_forwarded)
-        headers["x-history-messages-forwarded"] = str(result.messages_forwarded)
-    return headers
 
 
 class _Proxy(ServesState):
@@ -231,7 +112,7 @@ class _Proxy(ServesState):
     async def chat_completions(self, request: Request) -> Response:
         exchange = self.begin(request)
         identity = self.identify(request, exchange)
-        body = parse_body(await read_body(request, self.config.limits.max_body_bytes))
+        body = parse_body(await read_body(request.headers, request.stream(), self.config.limits.max_body_bytes))
         names = self._route(body, exchange)
         exchange.stream = body.get("stream") is True
         if self.config.log_bodies:
@@ -251,7 +132,7 @@ class _Proxy(ServesState):
     async def preview(self, request: Request) -> Response:
         exchange = self.begin(request)
         identity = self.identify(request, exchange)
-        body = parse_body(await read_body(request, self.config.limits.max_body_bytes))
+        body = parse_body(await read_body(request.headers, request.stream(), self.config.limits.max_body_bytes))
         names = self._route(body, exchange)
         exchange.upstream = None  # nothing is forwarded
         result = exchange.result = await self.pipeline.run(body, identity, names[0])
@@ -267,12 +148,12 @@ class _Proxy(ServesState):
         limit = self.config.limits.max_body_bytes
         body: Body = None
         model = ""
-        if _has_body(request):
+        if has_body(request.headers):
             if "json" in request.headers.get("content-type", ""):
-                body = await read_body(request, limit)
-                model = _model_of(body)
-            else:
-                body = capped_stream(request, limit)  # uploads go through unread, to the default upstream
+                body = await read_body(request.headers, request.stream(), limit)
+                model = model_of(body)
+            else:  # uploads go through unread, to the default upstream
+                body = capped_stream(request.headers, request.stream(), limit)
         names = self._route({"model": model}, exchange)
         raw_path = request.scope.get("raw_path") or request.url.path.encode()
         reply = await self._open(request, raw_path.decode("latin-1").removeprefix("/v1"), names, body)
@@ -318,24 +199,28 @@ class _Proxy(ServesState):
         exchange.status = reply.status_code
         waited_ms = reply.wait_ms
         response: Response
-        if reply.ok:
+        if reply.ok and (exchange.stream or not reply.is_whole_json):
             response = _UpstreamStream(reply, lambda: self._streamed(reply, exchange))
             if exchange.stream:
                 self.metrics.stream_opened(exchange)
-        else:
+        else:  # error answers and whole JSON answers: read at once, sent verbatim in one write
             read_started = time.perf_counter()
-            response = Response(await reply.read(), status_code=reply.status_code)  # verbatim
+            response = Response(await reply.read(), status_code=reply.status_code)
             waited_ms += (time.perf_counter() - read_started) * 1000
-        for name, value in reply.headers:
-            response.headers.append("x-upstream-request-id" if name == "x-request-id" else name, value)
-        for name, value in extra.items():
-            response.headers[name] = value
-        response.headers["x-request-id"] = exchange.request_id
         exchange.overhead_ms = exchange.elapsed_ms() - waited_ms
         if extra:
-            response.headers["x-history-overhead-ms"] = f"{exchange.overhead_ms:.2f}"
+            extra = {**extra, "x-history-overhead-ms": f"{exchange.overhead_ms:.2f}"}
+        ours = {**extra, "x-request-id": exchange.request_id}  # these replace the upstream's own
+        headers = response.raw_headers  # only content-length so far
+        for name, value in reply.headers:
+            name = "x-upstream-request-id" if name == "x-request-id" else name
+            if name not in ours:
+                headers.append((name.encode("latin-1"), value.encode("latin-1")))
+        headers += [(name.encode("latin-1"), value.encode("latin-1")) for name, value in ours.items()]
         if not reply.ok:
             self.finish(exchange)
+        elif not isinstance(response, _UpstreamStream):
+            self._streamed(reply, exchange)  # relayed whole: record it now
         return response
 
     def _streamed(self, reply: UpstreamReply, exchange: Exchange) -> None:

@@ -33,7 +33,11 @@ _SECRET_NAMES = re.compile(r"(?i)(api[_-]?key|authorization|password|secret|toke
 
 
 def redact(value: Any, secrets: Iterable[str] = ()) -> Any:
-    """A copy of a JSON value with every secret, key-shaped string and secret-named field replaced."""
+    """A copy of a JSON value with every secret, key-shaped string and secret-named field replaced.
+
+    Walked with an explicit stack, not recursion: a body nested hundreds of levels deep (valid JSON
+    the proxy forwards) must not break its own access line.
+    """
     known = sorted({s for s in secrets if s}, key=len, reverse=True)
 
     def text(s: str) -> str:
@@ -41,16 +45,38 @@ def redact(value: Any, secrets: Iterable[str] = ()) -> Any:
             s = s.replace(secret, REDACTED)
         return _KEY_SHAPED.sub(REDACTED, s)
 
-    def walk(node: Any, name: str = "") -> Any:
-        if isinstance(node, dict):
-            return {k: walk(v, str(k)) for k, v in node.items()}
-        if isinstance(node, list):
-            return [walk(v) for v in node]
+    def copy(node: Any, name: str, pending: list[tuple[Any, Any]]) -> Any:
+        """``node`` redacted if a leaf; else an empty container of its kind, queued to be filled."""
         if isinstance(node, str):
-            return REDACTED if _SECRET_NAMES.search(name) and node else text(node)
+            return REDACTED if node and name and _SECRET_NAMES.search(name) else text(node)
+        if isinstance(node, dict | list):
+            empty: dict[Any, Any] | list[Any] = {} if isinstance(node, dict) else []
+            pending.append((node, empty))
+            return empty
         return node
 
-    return walk(value)
+    pending: list[tuple[Any, Any]] = []
+    root = copy(value, "", pending)
+    while pending:
+        source, target = pending.pop()
+        if isinstance(source, dict):
+            for key, item in source.items():
+                target[key] = copy(item, str(key), pending)
+        else:
+            target.extend(copy(item, "", pending) for item in source)
+    return root
+
+
+class JsonMessage:
+    """A log message that is its fields as compact JSON, serialized only if a handler asks for it."""
+
+    __slots__ = ("fields",)
+
+    def __init__(self, fields: dict[str, Any]) -> None:
+        self.fields = fields
+
+    def __str__(self) -> str:
+        return json.dumps(self.fields, separators=(",", ":"))
 
 
 class NotFromTask(logging.Filter):

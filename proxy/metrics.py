@@ -14,7 +14,7 @@ keeps every worker's values in files there and :meth:`Metrics.render` sums them,
 
 from __future__ import annotations
 
-import json
+import logging
 import os
 import time
 import uuid
@@ -33,6 +33,7 @@ from proxy.access import Exchange, access_log, request_id_for
 from proxy.config import Config
 from proxy.filters import FILTER_TYPES
 from proxy.identity import Identity
+from proxy.logs import JsonMessage
 
 __all__ = ["Exchange", "Metrics", "request_id_for"]  # Exchange and request_id_for live in proxy.access
 
@@ -249,8 +250,9 @@ class Metrics:
         if exchange.overhead_ms is not None:
             self.observe_overhead(exchange.overhead_ms / 1000)
         self._observe_report(exchange)
-        fields = exchange.fields(self._secrets)
-        access_log.info(json.dumps(fields, separators=(",", ":")), extra={"access": fields})
+        if access_log.isEnabledFor(logging.INFO):  # no fields (or redacted body) for a line nobody sees
+            fields = exchange.fields(self._secrets)
+            access_log.info(JsonMessage(fields), extra={"access": fields})
 
     # --- summaries (``summarize``): the recorder proxy.summary_cache reports to ---------------------
 

@@ -13,7 +13,8 @@ What a client sees for each outcome of :meth:`Upstreams.open` and :meth:`Upstrea
     failure after the first byte              SSE: in-band ``data: {"error": ...}`` then ``data: [DONE]``;
                                               other bodies just end
 
-Only this module imports httpx; ``app.py`` turns an :class:`UpstreamReply` into a response.
+This module and :mod:`proxy.pools` (the connections) import httpx; ``app.py`` turns an
+:class:`UpstreamReply` into a response; the built-in mock runs in :mod:`proxy.mock_server`.
 """
 
 from __future__ import annotations
@@ -21,41 +22,30 @@ from __future__ import annotations
 import asyncio
 import copy
 import email.utils
-import itertools
 import json
 import logging
 import random
 import re
-import socket
-import ssl
 import time
 import urllib.parse
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 import httpx
-import uvicorn
 
-from proxy.config import Config, UpstreamConfig
+from proxy.config import Config
 from proxy.errors import InvalidRequestError, ProxyError, UpstreamTimeoutError, UpstreamUnavailableError
-from proxy.logs import NotFromTask
+from proxy.headers import request_headers, response_headers
 from proxy.messages import Message, strip_annotations
+from proxy.mock_server import MockUpstreamServer
+from proxy.pools import ClientPool
 
 log = logging.getLogger("history_proxy.upstream")
 
-HOP_BY_HOP = frozenset(
-    {"connection", "keep-alive", "te", "trailer", "trailers", "transfer-encoding", "upgrade"}
-)
-NOT_FORWARDED = frozenset({"host", "content-length", "accept-encoding", "authorization"})
-# the proxy's server writes its own Date and Server; two of each would be a malformed answer
-NOT_RETURNED = frozenset({"content-length", "date", "server"})
 RETRY_STATUSES = frozenset({429, 502, 503})
-MAX_CONNECTIONS = 1024
-POOL_SHARDS = 64
-KEEPALIVE_S = 30.0
+WHOLE_ANSWER_BYTES = 8 * 1024 * 1024
 _DOT_SEGMENT = re.compile(r"(?:^|/)\.\.?(?:/|$)")
 SUMMARY_PURPOSE = "summary"
 """``x-history-purpose`` of the proxy's own summary requests."""
@@ -63,47 +53,6 @@ SUMMARY_PURPOSE = "summary"
 Body = bytes | Callable[[str], Awaitable[bytes]] | AsyncIterable[bytes] | None
 """What to send: fixed bytes, bytes built per upstream (a fallback may need other cache marks),
 a one-shot stream (never retried), or nothing."""
-
-
-def _dropped_names(headers: Iterable[tuple[str, str]]) -> set[str]:
-    """Hop-by-hop names: the fixed list plus any that a ``Connection`` header names."""
-    named = {
-        token.strip().lower()
-        for name, value in headers
-        if name.lower() == "connection"
-        for token in value.split(",")
-    }
-    return set(HOP_BY_HOP) | named
-
-
-def _end_to_end(headers: Sequence[tuple[str, str]], also_drop: frozenset[str]) -> list[tuple[str, str]]:
-    drop = _dropped_names(headers) | also_drop
-    return [
-        (n.lower(), v) for n, v in headers if n.lower() not in drop and not n.lower().startswith("proxy-")
-    ]
-
-
-def request_headers(
-    client_headers: Sequence[tuple[str, str]], upstream: UpstreamConfig, *, client_auth_is_proxy_key: bool
-) -> list[tuple[str, str]]:
-    """Headers to send upstream: end-to-end client headers, the right Authorization, identity encoding.
-
-    The upstream's own key replaces the client's Authorization. A client Authorization that carries
-    a proxy key (``auth.keys`` configured) is never forwarded.
-    """
-    out = _end_to_end(client_headers, NOT_FORWARDED)
-    if upstream.key is not None:
-        out.append(("authorization", f"Bearer {upstream.key}"))
-    elif not client_auth_is_proxy_key:
-        out += [(n.lower(), v) for n, v in client_headers if n.lower() == "authorization"]
-    # raw bytes are streamed back as they are; identity keeps them readable for the proxy's own errors
-    out.append(("accept-encoding", "identity"))
-    return out
-
-
-def response_headers(headers: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
-    """End-to-end upstream response headers to return (Content-Encoding kept: the bytes are raw)."""
-    return _end_to_end(headers, NOT_RETURNED)
 
 
 def retry_after_s(headers: httpx.Headers) -> float | None:
@@ -158,14 +107,32 @@ class UpstreamReply:
         return str(self.response.headers.get("content-type", "")).startswith("text/event-stream")
 
     @property
+    def is_whole_json(self) -> bool:
+        """A JSON answer of a declared length up to ``WHOLE_ANSWER_BYTES``: read at once, not relayed
+        piece by piece (a chunked JSON answer may be slow or long, and is relayed as it arrives)."""
+        headers = self.response.headers
+        length = headers.get("content-length", "")
+        return (
+            length.isdigit()
+            and int(length) <= WHOLE_ANSWER_BYTES
+            and "json" in headers.get("content-type", "").lower()
+        )
+
+    @property
     def headers(self) -> list[tuple[str, str]]:
         """End-to-end response headers (hop-by-hop, Content-Length, Date and Server dropped)."""
         return response_headers(self.response.headers.multi_items())
 
     async def read(self) -> bytes:
-        """The whole raw body (for error answers, passed through verbatim)."""
+        """The whole raw body (error and non-streamed answers, passed through verbatim)."""
+        pieces: list[bytes] = []
         try:
-            return b"".join([chunk async for chunk in self.response.aiter_raw()])
+            async for chunk in self.response.aiter_raw():
+                if self.first_byte_at is None:
+                    self.first_byte_at = time.perf_counter()
+                pieces.append(chunk)
+            self.complete = True
+            return pieces[0] if len(pieces) == 1 else b"".join(pieces)
         except httpx.HTTPError as exc:
             raise _transport_error(self.upstream, exc) from None
         finally:
@@ -206,67 +173,6 @@ def _transport_error(upstream: str, exc: httpx.HTTPError, *, mid_stream: bool = 
     )
 
 
-class _ClientPool:
-    """The shared httpx clients, used in turn; each opened when traffic first reaches it.
-
-    httpcore's pool scans (idle x all) of its connections whenever a request starts or ends, which
-    costs seconds of CPU with hundreds of open streams: small pools keep each scan short. It also
-    closes connections idle past their keep-alive only when their pool is next used, so a sweeper
-    closes them in pools that traffic no longer reaches.
-    """
-
-    def __init__(self) -> None:
-        self._clients: list[httpx.AsyncClient] = []
-        self._turn = itertools.count()
-        self._ssl: ssl.SSLContext | None = None
-        self._timeout = httpx.Timeout(10)
-        self._sweeper: asyncio.Task[None] | None = None
-
-    def open(self, timeout: httpx.Timeout) -> None:
-        self._ssl, self._timeout = httpx.create_ssl_context(), timeout
-        self._sweeper = asyncio.create_task(self._sweep_forever(), name="history-proxy connection sweeper")
-
-    async def _sweep_forever(self) -> None:
-        while True:
-            await asyncio.sleep(KEEPALIVE_S / 2)
-            await self.sweep()
-
-    async def sweep(self) -> None:
-        """Close every connection idle past its keep-alive, in every pool."""
-        for client in list(self._clients):
-            # httpx internals: if they ever change, there is nothing to sweep and the pools clean up as before
-            pool = getattr(getattr(client, "_transport", None), "_pool", None)
-            for connection in list(getattr(pool, "connections", ())):
-                if connection.is_idle() and connection.has_expired():
-                    await connection.aclose()  # the pool drops closed connections when next used
-
-    def next(self) -> httpx.AsyncClient:
-        if self._ssl is None:
-            raise RuntimeError("upstream client is not open: run the app inside its lifespan")
-        index = next(self._turn) % POOL_SHARDS
-        if index >= len(self._clients):
-            per_pool = MAX_CONNECTIONS // POOL_SHARDS
-            limits = httpx.Limits(
-                max_connections=per_pool, max_keepalive_connections=per_pool, keepalive_expiry=KEEPALIVE_S
-            )
-            self._clients.append(
-                httpx.AsyncClient(
-                    timeout=self._timeout, limits=limits, verify=self._ssl, follow_redirects=False
-                )
-            )
-            index = len(self._clients) - 1
-        return self._clients[index]
-
-    async def close(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            self._sweeper = None
-        self._ssl = None
-        clients, self._clients = self._clients, []
-        for client in clients:
-            await client.aclose()
-
-
 class Upstreams:
     """The shared client and the built-in mock; sends requests to named upstreams."""
 
@@ -274,7 +180,7 @@ class Upstreams:
         self.config = config
         self.backoff_s = backoff_s
         self.max_retry_wait_s = max_retry_wait_s
-        self._pool = _ClientPool()
+        self._pool = ClientPool()
         self._mock: MockUpstreamServer | None = None
 
     async def start(self) -> None:
@@ -464,62 +370,3 @@ def _first_choice_text(answer: Any) -> str:
     except (KeyError, IndexError, TypeError):
         return ""
     return content.strip() if isinstance(content, str) else ""
-
-
-class _QuietServer(uvicorn.Server):
-    """A uvicorn server that leaves signal handling to the process's own server."""
-
-    @contextmanager
-    def capture_signals(self) -> Any:
-        yield
-
-
-class MockUpstreamServer:
-    """The built-in mock upstream on a free local port, served in the current event loop."""
-
-    def __init__(self) -> None:
-        self._server: _QuietServer | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._quiet: logging.Filter = logging.Filter()
-        self.base_url = ""
-
-    async def start(self) -> None:
-        from proxy.mock_upstream import create_mock_app  # imported late: only mock upstreams need it
-
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))  # bound here so the port is known and binding cannot fail inside uvicorn
-        port = sock.getsockname()[1]
-        config = uvicorn.Config(
-            create_mock_app(),
-            lifespan="off",
-            log_config=None,
-            log_level=None,
-            access_log=False,
-            timeout_graceful_shutdown=1,
-        )
-        self._server = _QuietServer(config)
-        self._task = asyncio.create_task(
-            self._server.serve(sockets=[sock]), name="history-proxy mock upstream"
-        )
-        # the mock's uvicorn lines ("Started server process", ...) would read as the proxy's own
-        self._quiet = NotFromTask(self._task)
-        logging.getLogger("uvicorn.error").addFilter(self._quiet)
-        while not self._server.started:
-            if self._task.done():
-                self._task.result()
-                raise RuntimeError("the built-in mock upstream stopped while starting")
-            await asyncio.sleep(0.005)
-        self.base_url = f"http://127.0.0.1:{port}/v1"
-        log.info("built-in mock upstream listening on %s", self.base_url)
-
-    async def stop(self) -> None:
-        if self._server is None or self._task is None:
-            return
-        self._server.should_exit = True
-        try:
-            await asyncio.wait_for(self._task, timeout=5)
-        except TimeoutError:
-            self._task.cancel()
-        logging.getLogger("uvicorn.error").removeFilter(self._quiet)
-        self._server = self._task = None

@@ -98,9 +98,11 @@ def test_filters_import_only_the_stdlib_pydantic_and_the_message_helpers(module:
 @pytest.mark.parametrize(
     ("package", "allowed"),
     [
-        ("httpx", {"proxy.upstream", "proxy.app", "proxy.mock_upstream", "proxy.cli"}),
+        # proxy.pools holds upstream.py's connections (the sharded httpx clients and their sweeper)
+        ("httpx", {"proxy.upstream", "proxy.pools", "proxy.app", "proxy.mock_upstream", "proxy.cli"}),
         ("starlette", {"proxy.app", "proxy.mock_upstream"}),
-        ("uvicorn", {"proxy.app", "proxy.mock_upstream", "proxy.cli"}),
+        # proxy.mock_server runs the built-in mock under uvicorn inside the proxy's event loop
+        ("uvicorn", {"proxy.app", "proxy.mock_upstream", "proxy.mock_server", "proxy.cli"}),
     ],
 )
 def test_only_the_http_edge_imports_http_libraries(package: str, allowed: set[str]) -> None:

@@ -507,7 +507,7 @@ async def test_idle_upstream_connections_are_closed_once_their_keep_alive_ends(
 ) -> None:
     """Pooled keep-alive connections to the upstream are closed after their keep-alive even when no
     more requests come (the connection pools are many, and some no longer see traffic)."""
-    monkeypatch.setattr("proxy.upstream.KEEPALIVE_S", 0.3)
+    monkeypatch.setattr("proxy.pools.KEEPALIVE_S", 0.3)
     mock = _InProcessServer(
         uvicorn.Config(create_mock_app(), lifespan="off", log_config=None, access_log=False)
     )

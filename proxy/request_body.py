@@ -1,0 +1,113 @@
+"""Reading and parsing a client's request body: the size cap, strict JSON, and one serialization.
+
+Framework-free: the app hands in the request's headers and its body stream. Every failure is a
+:class:`~proxy.errors.ProxyError` (400 or 413) saying what to send instead.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import AsyncIterable, AsyncIterator, Mapping
+from typing import Any
+
+from proxy.errors import InvalidRequestError, PayloadTooLargeError
+
+
+def encode_json(body: Any) -> bytes:
+    """Compact UTF-8 JSON, the one serialization of a filtered body."""
+    try:
+        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate ("\\ud800") has no UTF-8 form: keep it escaped
+        return json.dumps(body, separators=(",", ":")).encode("ascii")
+    except RecursionError:
+        raise InvalidRequestError("the request body is nested too deeply", code="invalid_json") from None
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):  # 1e999 parses as infinity, which JSON cannot carry on
+        raise ValueError(f"the number {text[:20]} is out of range")
+    return value
+
+
+def parse_body(raw: bytes) -> dict[str, Any]:
+    """The request body as a JSON object, or a 400 saying what to send instead."""
+    try:
+        body = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise InvalidRequestError("the request body is nested too deeply", code="invalid_json") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidRequestError(
+            f"the request body is not valid JSON ({exc}); send a JSON object with 'model' and 'messages'",
+            code="invalid_json",
+        ) from None
+    if not isinstance(body, dict):
+        raise InvalidRequestError(
+            f"the request body must be a JSON object with 'model' and 'messages', not a JSON {type(body).__name__}",
+            code="invalid_json",
+        )
+    return body
+
+
+def model_of(raw: bytes) -> str:
+    """The ``model`` of a JSON body forwarded unfiltered, or ``""`` when it names none."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return ""
+    model = body.get("model") if isinstance(body, dict) else None
+    return model if isinstance(model, str) else ""
+
+
+def _too_large(limit: int, size: str) -> PayloadTooLargeError:
+    return PayloadTooLargeError(
+        f"the request body is {size} bytes; this proxy accepts at most {limit} (limits.max_body_bytes)"
+    )
+
+
+def check_declared_length(headers: Mapping[str, str], limit: int) -> None:
+    """400 for a Content-Length that is not a number, 413 for one over ``limit``."""
+    declared = headers.get("content-length")
+    if declared is not None and not declared.strip().isdigit():
+        raise InvalidRequestError(
+            "the Content-Length header must be a number of bytes", code="invalid_header"
+        )
+    if declared is not None and int(declared) > limit:
+        raise _too_large(limit, declared.strip())
+
+
+def has_body(headers: Mapping[str, str]) -> bool:
+    """Whether the request announces a body (a non-zero Content-Length or chunked encoding)."""
+    return headers.get("content-length", "0") != "0" or "transfer-encoding" in headers
+
+
+async def capped_stream(
+    headers: Mapping[str, str], chunks: AsyncIterable[bytes], limit: int
+) -> AsyncIterator[bytes]:
+    """The body as it arrives; 413 when Content-Length or the bytes so far exceed ``limit``."""
+    check_declared_length(headers, limit)
+    size = 0
+    async for chunk in chunks:
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit, f"over {limit}")
+        yield chunk
+
+
+async def read_body(headers: Mapping[str, str], chunks: AsyncIterable[bytes], limit: int) -> bytes:
+    """The whole body, refusing (413) anything over ``limit`` bytes before or while reading it."""
+    check_declared_length(headers, limit)
+    pieces: list[bytes] = []
+    size = 0
+    async for chunk in chunks:
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit, f"over {limit}")
+        if chunk:
+            pieces.append(chunk)
+    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
