@@ -12,11 +12,19 @@ import asyncio
 import itertools
 import ssl
 
+from http.cookiejar import CookieJar, DefaultCookiePolicy
+
 import httpx
 
 MAX_CONNECTIONS = 1024
 POOL_SHARDS = 64
 KEEPALIVE_S = 30.0
+
+
+def _refusing_jar() -> CookieJar:
+    """A jar that keeps no cookie: the clients are shared by every caller, so an upstream's
+    Set-Cookie must never ride along on another client's (or tenant's) request."""
+    return CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
 
 
 class ClientPool:
@@ -66,7 +74,11 @@ class ClientPool:
             )
             self._clients.append(
                 httpx.AsyncClient(
-                    timeout=self._timeout, limits=limits, verify=self._ssl, follow_redirects=False
+                    timeout=self._timeout,
+                    limits=limits,
+                    verify=self._ssl,
+                    follow_redirects=False,
+                    cookies=_refusing_jar(),
                 )
             )
             index = len(self._clients) - 1
