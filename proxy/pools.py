@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import ssl
-
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 
 import httpx

@@ -12,9 +12,9 @@ import httpx
 import pytest
 import respx
 
-from proxy.pools import POOL_SHARDS
 from proxy.config import Config, parse_config
 from proxy.errors import UpstreamTimeoutError, UpstreamUnavailableError
+from proxy.pools import POOL_SHARDS
 from proxy.upstream import Upstreams, request_headers, response_headers, retry_after_s
 
 pytestmark = pytest.mark.anyio

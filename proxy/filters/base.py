@@ -59,7 +59,7 @@ class Filter(BaseModel):
 
     @property
     def type_name(self) -> str:
-        return str(getattr(self, "type"))
+        return str(getattr(self, "type"))  # noqa: B009 - declared by each subclass, not on the base
 
     def describe(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
