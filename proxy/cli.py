@@ -19,6 +19,7 @@ from typing import Any
 
 from proxy import __version__
 from proxy.config import DEFAULT_CONFIG_PATH, Config, ConfigError, json_schema, load_config, summary
+from proxy.identity import Identity
 
 CONFIG_ENV = "HISTORY_PROXY_CONFIG"
 APP_FACTORY = "proxy.app:app_from_env"
@@ -118,17 +119,29 @@ def _read_body(source: str) -> Any:
         ) from None
 
 
+def _add_caller_options(parser: argparse.ArgumentParser) -> None:
+    """The config and the caller a chain is run for (``preview`` and ``replay``)."""
+    parser.add_argument("--config", metavar="PATH", help="config file (default: config/default.yaml)")
+    parser.add_argument("--role", help="caller's role (default: the config's identity.default_role)")
+    parser.add_argument("--agent", metavar="NAME", help="caller's agent name")
+    parser.add_argument("--phase", metavar="ID", help="current phase id")
+    parser.add_argument("--tenant", metavar="T", help="tenant whose chain applies")
+
+
+def _caller(args: argparse.Namespace, config: Config) -> Identity:
+    return Identity(
+        role=args.role or config.identity.default_role, agent=args.agent, phase=args.phase, tenant=args.tenant
+    )
+
+
 def cmd_preview(args: argparse.Namespace) -> int:
     from proxy.errors import ProxyError
-    from proxy.identity import Identity
     from proxy.pipeline import Pipeline
     from proxy.tokens import TokenCounters
 
     config = _load(args.config)
     body = _read_body(args.file)
-    identity = Identity(
-        role=args.role or config.identity.default_role, agent=args.agent, phase=args.phase, tenant=args.tenant
-    )
+    identity = _caller(args, config)
     model = body.get("model") if isinstance(body, dict) else None
     upstream = config.route(model if isinstance(model, str) else "")[0]
     try:
@@ -141,16 +154,13 @@ def cmd_preview(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from proxy.errors import ProxyError
-    from proxy.identity import Identity
     from proxy.pipeline import Pipeline
     from proxy.replay import render_html, render_text, replay
     from proxy.tokens import TokenCounters
 
     config = _load(args.config)
     body = _read_body(args.file)
-    identity = Identity(
-        role=args.role or config.identity.default_role, agent=args.agent, phase=args.phase, tenant=args.tenant
-    )
+    identity = _caller(args, config)
     try:
         result = asyncio.run(replay(Pipeline(config, TokenCounters()), body, identity))
     except ValueError as exc:
@@ -240,11 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="print a request body as it would be sent upstream, with its token report",
         description="Filter a chat-completions request body and print {body, report}. Nothing is sent anywhere.",
     )
-    preview.add_argument("--config", metavar="PATH", help="config file (default: config/default.yaml)")
-    preview.add_argument("--role", help="caller's role (default: the config's identity.default_role)")
-    preview.add_argument("--agent", metavar="NAME", help="caller's agent name")
-    preview.add_argument("--phase", metavar="ID", help="current phase id")
-    preview.add_argument("--tenant", metavar="T", help="tenant whose chain applies")
+    _add_caller_options(preview)
     preview.add_argument(
         "file", nargs="?", default="-", metavar="FILE|-", help="request body (default: stdin)"
     )
@@ -261,11 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     replay_.add_argument("file", metavar="FILE", help="chat-completions request body holding the whole conversation")
-    replay_.add_argument("--config", metavar="PATH", help="config file (default: config/default.yaml)")
-    replay_.add_argument("--role", help="caller's role (default: the config's identity.default_role)")
-    replay_.add_argument("--agent", metavar="NAME", help="caller's agent name")
-    replay_.add_argument("--phase", metavar="ID", help="current phase id")
-    replay_.add_argument("--tenant", metavar="T", help="tenant whose chain applies")
+    _add_caller_options(replay_)
     replay_.add_argument("--html", metavar="OUT", help="also write a self-contained HTML page with a chart")
     replay_.add_argument("--json", action="store_true", help="print JSON (steps and totals) instead of a table")
     replay_.set_defaults(handler=cmd_replay)

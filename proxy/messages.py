@@ -251,6 +251,25 @@ def keep_spans(messages: Sequence[Message], spans: Iterable[tuple[int, int]]) ->
     return kept
 
 
+def in_steps(count: int, step: int, most: int) -> int:
+    """``count`` rounded up to a multiple of ``step``, at most ``most``: how the ``step`` knobs keep
+    the cut (and so the kept prefix) in place across consecutive requests until the next block."""
+    return min(-(-count // step) * step, most)
+
+
+def how_many_to_drop(sizes: Sequence[int], excess: int, step: int) -> int:
+    """How many of the oldest droppable units (groups or turns) must go to free ``excess`` tokens.
+
+    ``sizes`` are the units' tokens, oldest first; the count is rounded up to a multiple of ``step``
+    and never passes the last unit; when all of them are not enough, all go.
+    """
+    count, freed = 0, 0
+    while count < len(sizes) and freed < excess:
+        freed += sizes[count]
+        count += 1
+    return in_steps(count, step, len(sizes))
+
+
 # --- validity (SPEC section 5 invariants) --------------------------------------------------
 
 

@@ -17,21 +17,15 @@ from typing import Literal
 from pydantic import Field
 
 from proxy.filters.base import Filter, FilterContext
-from proxy.messages import Message, group_spans, keep_spans, leading_system_count, newest_user_index
+from proxy.messages import (
+    Message,
+    group_spans,
+    how_many_to_drop,
+    keep_spans,
+    leading_system_count,
+    newest_user_index,
+)
 from proxy.tokens import TokenCounter
-
-
-def how_many_to_drop(sizes: Sequence[int], excess: int, step: int) -> int:
-    """How many of the oldest droppable groups must go to free ``excess`` tokens, in multiples of ``step``.
-
-    ``sizes`` are the droppable groups' tokens, oldest first. Rounding up to a multiple of ``step``
-    never goes past the last droppable group; when all of them are not enough, all go.
-    """
-    count, freed = 0, 0
-    while count < len(sizes) and freed < excess:
-        freed += sizes[count]
-        count += 1
-    return min(-(-count // step) * step, len(sizes))
 
 
 class TokenLimiter(Filter):

@@ -18,12 +18,15 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from proxy.filters.base import Filter, FilterContext
-from proxy.messages import Message, keep_spans, leading_system_count, newest_user_index, turn_spans
-
-
-def in_steps(dropped: int, step: int, most: int) -> int:
-    """``dropped`` rounded up to a multiple of ``step``, but never more than ``most``."""
-    return min(-(-dropped // step) * step, most)
+from proxy.messages import (
+    Message,
+    how_many_to_drop,
+    in_steps,
+    keep_spans,
+    leading_system_count,
+    newest_user_index,
+    turn_spans,
+)
 
 
 def without_oldest_turns(
@@ -117,11 +120,10 @@ class Truncate(Filter):
         lead = leading_system_count(messages)
         turns = turn_spans(messages, lead)
         newest_user = newest_user_index(messages)
-        dropped, freed = 0, 0
-        while dropped < len(turns) - 1 and freed < excess:
-            a, b = turns[dropped]
-            freed += sum(counter.message(messages[i]) for i in range(a, b) if i != newest_user)
-            dropped += 1
+        sizes = [  # the newest turn is never dropped, and the newest user message stays wherever it is
+            sum(counter.message(messages[i]) for i in range(a, b) if i != newest_user) for a, b in turns[:-1]
+        ]
+        dropped = how_many_to_drop(sizes, excess, self.step)
         if dropped == 0:
             return list(messages)
-        return without_oldest_turns(messages, lead, turns, in_steps(dropped, self.step, len(turns) - 1))
+        return without_oldest_turns(messages, lead, turns, dropped)
