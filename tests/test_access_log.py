@@ -63,10 +63,6 @@ FIELDS = {
 }
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
 
 @pytest.fixture
 def mocked() -> Iterator[respx.MockRouter]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -43,16 +43,6 @@ class Exploding:
         raise RuntimeError("filter bug")
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def mocked() -> Iterator[respx.MockRouter]:
-    """Upstream hosts answered by respx; the proxy itself is called through ASGI, never intercepted."""
-    with respx.mock(assert_all_called=False) as router:
-        yield router
 
 
 def make_config(*, auth: bool = False, **overrides: Any) -> Config:

@@ -52,10 +52,6 @@ COMPLETION = {
 }
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
 
 def example_roles() -> dict[str, Any]:
     """Every role chain of every example config, as ``<example>.<role>``."""

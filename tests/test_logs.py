@@ -21,10 +21,6 @@ SECRET = "sk-PLANTEDsecret0123456789abcdef"
 COMPLETION = {"object": "chat.completion", "choices": [{"message": {"role": "assistant", "content": "ok"}}]}
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
 
 def nested(depth: int, leaf: Any) -> Any:
     value = leaf

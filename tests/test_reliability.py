@@ -46,10 +46,6 @@ COMPLETION = json.dumps(
 REASONS = {200: "OK", 503: "Service Unavailable"}
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
 
 # --- a misbehaving upstream ------------------------------------------------------------------
 

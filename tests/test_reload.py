@@ -48,10 +48,6 @@ COMPLETION = {
 }
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
 
 @pytest.fixture
 def mocked() -> Iterator[respx.MockRouter]:

@@ -29,10 +29,6 @@ PROXY_KEY = "hp-proxy-key-for-tests-9876543210"
 LONG_OUTPUT = "\n".join(f"{i}: running test_case_{i} ... passed" for i in range(40))
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
 
 @pytest.fixture
 def upstream() -> Iterator[respx.MockRouter]:

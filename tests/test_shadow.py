@@ -44,10 +44,6 @@ class Exploding:
         raise RuntimeError("filter bug")
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
 
 @pytest.fixture
 def upstream() -> Iterator[respx.Route]:

@@ -33,10 +33,6 @@ REDIS_SERVER = shutil.which("redis-server")
 PREFIX = "test-history-proxy:"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -124,11 +120,6 @@ class SlowUpstream:
             200, json={"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
         )
 
-
-@pytest.fixture
-def mocked() -> Iterator[respx.MockRouter]:
-    with respx.mock(assert_all_called=False) as router:
-        yield router
 
 
 def config_for(server: RedisServer) -> Config:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -24,10 +24,6 @@ pytestmark = pytest.mark.anyio
 MAIN = "https://upstream.test/v1"
 KEEP_RECENT, STEP, REQUESTS = 2, 3, 20
 
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 def completion(content: str) -> dict[str, Any]:
@@ -62,11 +58,6 @@ class Upstream:
         self.chat_requests.append(request)
         return httpx.Response(200, json=completion("ok"))
 
-
-@pytest.fixture
-def mocked() -> Iterator[respx.MockRouter]:
-    with respx.mock(assert_all_called=False) as router:
-        yield router
 
 
 def planner_config(**summarize: Any) -> Config:

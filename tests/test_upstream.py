@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -29,16 +29,6 @@ COMPLETION = {
 }
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def mocked() -> Iterator[respx.MockRouter]:
-    """Upstream hosts answered by respx; anything unrouted fails the test."""
-    with respx.mock(assert_all_called=False) as router:
-        yield router
 
 
 def make_config(retries: int = 0, **main: Any) -> Config:
