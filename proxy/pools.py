@@ -1,7 +1,7 @@
-"""The proxy's upstream connections: sharded httpx client pools and the sweeper of idle connections.
+"""The proxy's upstream connections: one shared httpx client over the lean transport, and its sweeper.
 
-:class:`ClientPool` hands out one of ``POOL_SHARDS`` shared ``httpx.AsyncClient`` objects in turn
-(each opened when traffic first reaches it, together at most ``MAX_CONNECTIONS`` connections) and
+:class:`ClientPool` opens one ``httpx.AsyncClient`` whose transport is
+:class:`~proxy.transport.LeanTransport` (keep-alive HTTP/1.1 connections per upstream origin), and
 runs a background task closing connections idle past ``KEEPALIVE_S``. :mod:`proxy.upstream` decides
 what to send where; this module only owns the connections.
 """
@@ -9,86 +9,70 @@ what to send where; this module only owns the connections.
 from __future__ import annotations
 
 import asyncio
-import itertools
-import ssl
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 
 import httpx
 
-MAX_CONNECTIONS = 1024
-POOL_SHARDS = 64
+from proxy.transport import LeanTransport
+
 KEEPALIVE_S = 30.0
 
 
 def _refusing_jar() -> CookieJar:
-    """A jar that keeps no cookie: the clients are shared by every caller, so an upstream's
+    """A jar that keeps no cookie: the client is shared by every caller, so an upstream's
     Set-Cookie must never ride along on another client's (or tenant's) request."""
     return CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
 
 
 class ClientPool:
-    """The shared httpx clients, used in turn; each opened when traffic first reaches it.
+    """The shared httpx client, opened with the app; connections idle too long are swept.
 
-    httpcore's pool scans (idle x all) of its connections whenever a request starts or ends, which
-    costs seconds of CPU with hundreds of open streams: small pools keep each scan short. It also
-    closes connections idle past their keep-alive only when their pool is next used, so a sweeper
-    closes them in pools that traffic no longer reaches.
+    Its transport keeps idle connections in a list per origin (taking and returning one costs the
+    same with 5 or 5,000 open), so one client serves every request; ``HEAD`` requests go through
+    httpx's own transport, with its own pool.
     """
 
     def __init__(self) -> None:
-        self._clients: list[httpx.AsyncClient] = []
-        self._turn = itertools.count()
-        self._ssl: ssl.SSLContext | None = None
-        self._timeout = httpx.Timeout(10)
+        self._client: httpx.AsyncClient | None = None
+        self._transport: LeanTransport | None = None
         self._sweeper: asyncio.Task[None] | None = None
 
     def open(self, timeout: httpx.Timeout) -> None:
-        """Start handing out clients (with ``timeout`` as their default) and start the sweeper."""
-        self._ssl, self._timeout = httpx.create_ssl_context(), timeout
+        """Open the client (with ``timeout`` as its default) and start the sweeper."""
+        ssl_context = httpx.create_ssl_context()
+        fallback = httpx.AsyncHTTPTransport(
+            verify=ssl_context, limits=httpx.Limits(keepalive_expiry=KEEPALIVE_S)
+        )
+        self._transport = LeanTransport(ssl_context, keepalive_s=KEEPALIVE_S, fallback=fallback)
+        self._client = httpx.AsyncClient(
+            transport=self._transport,
+            timeout=timeout,
+            verify=ssl_context,
+            follow_redirects=False,
+            cookies=_refusing_jar(),
+        )
         self._sweeper = asyncio.create_task(self._sweep_forever(), name="history-proxy connection sweeper")
 
     async def _sweep_forever(self) -> None:
         while True:
             await asyncio.sleep(KEEPALIVE_S / 2)
-            await self.sweep()
+            self.sweep()
 
-    async def sweep(self) -> None:
-        """Close every connection idle past its keep-alive, in every pool."""
-        for client in list(self._clients):
-            # httpx internals: if they ever change, there is nothing to sweep and the pools clean up as before
-            pool = getattr(getattr(client, "_transport", None), "_pool", None)
-            for connection in list(getattr(pool, "connections", ())):
-                if connection.is_idle() and connection.has_expired():
-                    await connection.aclose()  # the pool drops closed connections when next used
+    def sweep(self) -> int:
+        """Close every connection idle past its keep-alive; how many were closed."""
+        return self._transport.sweep() if self._transport is not None else 0
 
     def next(self) -> httpx.AsyncClient:
-        """The next shared client in turn (opening its pool on first use)."""
-        if self._ssl is None:
+        """The shared client."""
+        if self._client is None:
             raise RuntimeError("upstream client is not open: run the app inside its lifespan")
-        index = next(self._turn) % POOL_SHARDS
-        if index >= len(self._clients):
-            per_pool = MAX_CONNECTIONS // POOL_SHARDS
-            limits = httpx.Limits(
-                max_connections=per_pool, max_keepalive_connections=per_pool, keepalive_expiry=KEEPALIVE_S
-            )
-            self._clients.append(
-                httpx.AsyncClient(
-                    timeout=self._timeout,
-                    limits=limits,
-                    verify=self._ssl,
-                    follow_redirects=False,
-                    cookies=_refusing_jar(),
-                )
-            )
-            index = len(self._clients) - 1
-        return self._clients[index]
+        return self._client
 
     async def close(self) -> None:
-        """Stop the sweeper and close every client (and its connections)."""
+        """Stop the sweeper and close the client (and its connections)."""
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None
-        self._ssl = None
-        clients, self._clients = self._clients, []
-        for client in clients:
+        client, self._client, self._transport = self._client, None, None
+        if client is not None:
             await client.aclose()

@@ -7,6 +7,8 @@ from collections.abc import Iterator
 import pytest
 import respx
 
+from tests.upstream_respx import UPSTREAM_MOCKER
+
 
 @pytest.fixture
 def anyio_backend() -> str:
@@ -16,5 +18,5 @@ def anyio_backend() -> str:
 @pytest.fixture
 def mocked() -> Iterator[respx.MockRouter]:
     """Upstream hosts answered by respx; the proxy itself is called through ASGI, never intercepted."""
-    with respx.mock(assert_all_called=False) as router:
+    with respx.mock(assert_all_called=False, using=UPSTREAM_MOCKER) as router:
         yield router

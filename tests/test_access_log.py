@@ -25,6 +25,7 @@ from proxy.config import Config, parse_config
 from proxy.logs import JsonFormatter, TextFormatter, redact
 from proxy.messages import Message
 from tests.factories import action, result, system, user
+from tests.upstream_respx import UPSTREAM_MOCKER
 
 pytestmark = pytest.mark.anyio
 
@@ -66,7 +67,7 @@ FIELDS = {
 
 @pytest.fixture
 def mocked() -> Iterator[respx.MockRouter]:
-    with respx.mock(assert_all_called=False) as router:
+    with respx.mock(assert_all_called=False, using=UPSTREAM_MOCKER) as router:
         router.post(f"{MAIN}/chat/completions").mock(return_value=httpx.Response(200, json=COMPLETION))
         yield router
 

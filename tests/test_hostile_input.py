@@ -34,6 +34,7 @@ from proxy.identity import tenant_for_key
 from proxy.messages import KNOWN_ROLES, MESSAGE_TYPES, text_of
 from tests.factories import action, corpus_body, corpus_files, result, system, user
 from tests.strategies import PROPERTY_SETTINGS, conversations
+from tests.upstream_respx import UPSTREAM_MOCKER
 
 pytestmark = pytest.mark.anyio
 
@@ -103,7 +104,7 @@ class Live:
 
 @pytest.fixture(scope="module")
 def live() -> Iterator[Live]:
-    with respx.mock(assert_all_called=False) as router, start_blocking_portal("asyncio") as portal:
+    with respx.mock(assert_all_called=False, using=UPSTREAM_MOCKER) as router, start_blocking_portal("asyncio") as portal:
         router.route(host="upstream.test").mock(return_value=httpx.Response(200, json=COMPLETION))
         app = create_app(hostile_config())
         client = httpx.AsyncClient(

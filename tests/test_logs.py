@@ -13,6 +13,7 @@ import respx
 from proxy.app import create_app
 from proxy.config import parse_config
 from proxy.logs import REDACTED, redact
+from tests.upstream_respx import UPSTREAM_MOCKER
 
 pytestmark = pytest.mark.anyio
 
@@ -62,7 +63,7 @@ async def test_log_bodies_writes_the_access_line_for_a_deeply_nested_request(
         "messages": [{"role": "user", "content": "hi"}],
         "metadata": nested(600, SECRET),
     }
-    with respx.mock() as router:
+    with respx.mock(using=UPSTREAM_MOCKER) as router:
         router.post(f"{MAIN}/chat/completions").mock(return_value=httpx.Response(200, json=COMPLETION))
         async with (
             app.router.lifespan_context(app),

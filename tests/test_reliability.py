@@ -502,7 +502,7 @@ async def test_idle_upstream_connections_are_closed_once_their_keep_alive_ends(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Pooled keep-alive connections to the upstream are closed after their keep-alive even when no
-    more requests come (the connection pools are many, and some no longer see traffic)."""
+    more requests come (the sweeper closes them; nothing else would)."""
     monkeypatch.setattr("proxy.pools.KEEPALIVE_S", 0.3)
     mock = _InProcessServer(
         uvicorn.Config(create_mock_app(), lifespan="off", log_config=None, access_log=False)
@@ -517,7 +517,7 @@ async def test_idle_upstream_connections_are_closed_once_their_keep_alive_ends(
         async with serving(config) as url:
             fds = open_fds()
             async with httpx.AsyncClient(timeout=10) as client:
-                for _ in range(6):  # each goes out through another pool and leaves a kept-alive connection
+                for _ in range(6):  # leaves a kept-alive upstream connection behind
                     assert (await client.post(f"{url}/v1/chat/completions", json=chat())).status_code == 200
             await eventually(lambda: open_fds() <= fds, within=5)
     finally:

@@ -30,6 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from proxy.app import create_app
 from proxy.config import ConfigError, load_config, parse_config
 from tests.factories import action, result, system, user
+from tests.upstream_respx import UPSTREAM_MOCKER
 
 pytestmark = pytest.mark.anyio
 
@@ -51,7 +52,7 @@ COMPLETION = {
 
 @pytest.fixture
 def mocked() -> Iterator[respx.MockRouter]:
-    with respx.mock(assert_all_called=False) as router:
+    with respx.mock(assert_all_called=False, using=UPSTREAM_MOCKER) as router:
         router.post(f"{MAIN}/chat/completions").mock(return_value=httpx.Response(200, json=COMPLETION))
         router.post(f"{NEXT}/chat/completions").mock(return_value=httpx.Response(200, json=COMPLETION))
         yield router
@@ -233,7 +234,7 @@ async def test_a_request_in_flight_finishes_on_the_config_it_started_with(tmp_pa
         await reloaded.wait()
         yield raw[10:]
 
-    with respx.mock(assert_all_called=False) as router:
+    with respx.mock(assert_all_called=False, using=UPSTREAM_MOCKER) as router:
         old = router.post(f"{MAIN}/chat/completions").mock(return_value=httpx.Response(200, json=COMPLETION))
         new = router.post(f"{NEXT}/chat/completions").mock(return_value=httpx.Response(200, json=COMPLETION))
         async with serve(path) as (client, _):

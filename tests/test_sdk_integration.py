@@ -20,6 +20,7 @@ import respx
 from proxy.app import create_app
 from proxy.config import Config, parse_config
 from tests.factories import action, call, result, system, user
+from tests.upstream_respx import UPSTREAM_MOCKER
 
 pytestmark = pytest.mark.anyio
 
@@ -32,7 +33,7 @@ LONG_OUTPUT = "\n".join(f"{i}: running test_case_{i} ... passed" for i in range(
 
 @pytest.fixture
 def upstream() -> Iterator[respx.MockRouter]:
-    with respx.mock(assert_all_called=False) as router:
+    with respx.mock(assert_all_called=False, using=UPSTREAM_MOCKER) as router:
         yield router
 
 

@@ -23,6 +23,7 @@ from proxy.pipeline import Pipeline
 from proxy.replay import replay
 from proxy.tokens import TokenCounters
 from tests.factories import action, result, system, user
+from tests.upstream_respx import UPSTREAM_MOCKER
 
 MAIN = "https://upstream.test/v1"
 PROXY_KEY = "hp-proxy-PLANTED-fedcba9876543210"
@@ -47,7 +48,7 @@ class Exploding:
 
 @pytest.fixture
 def upstream() -> Iterator[respx.Route]:
-    with respx.mock(assert_all_called=False) as router:
+    with respx.mock(assert_all_called=False, using=UPSTREAM_MOCKER) as router:
         yield router.post(f"{MAIN}/chat/completions").mock(return_value=httpx.Response(200, json=COMPLETION))
 
 

@@ -14,7 +14,6 @@ import respx
 
 from proxy.config import Config, parse_config
 from proxy.errors import UpstreamTimeoutError, UpstreamUnavailableError
-from proxy.pools import POOL_SHARDS
 from proxy.upstream import Upstreams, request_headers, response_headers, retry_after_s
 
 pytestmark = pytest.mark.anyio
@@ -369,15 +368,15 @@ async def test_a_failed_summary_call_raises_so_the_filter_can_fall_back(mocked: 
 
 
 async def test_an_upstreams_set_cookie_never_rides_along_on_later_requests(mocked: respx.MockRouter) -> None:
-    """The pooled clients are shared by every caller and tenant: they must keep no cookie jar."""
+    """The pooled client is shared by every caller and tenant: it must keep no cookie jar."""
     route = mocked.post(f"{MAIN}/chat/completions").mock(
         side_effect=[httpx.Response(200, json=COMPLETION, headers={"set-cookie": "session=tenant-a-secret; Path=/"})]
-        + [httpx.Response(200, json=COMPLETION) for _ in range(POOL_SHARDS + 5)]
+        + [httpx.Response(200, json=COMPLETION) for _ in range(3)]
     )
     async with opened(make_config()) as upstreams:
-        for _ in range(POOL_SHARDS + 6):  # wrap around every shard, back to the client that saw the cookie
+        for _ in range(4):
             reply = await post(upstreams)
             await reply.read()
     sent_cookies = [call.request.headers.get("cookie") for call in route.calls]
-    assert len(sent_cookies) == POOL_SHARDS + 6
+    assert len(sent_cookies) == 4
     assert sent_cookies == [None] * len(sent_cookies)

@@ -1,0 +1,39 @@
+"""respx for the proxy's upstream client, which sends through :class:`proxy.transport.LeanTransport`."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import httpx
+from respx.mocks import AbstractRequestMocker
+
+UPSTREAM_MOCKER = "lean"
+"""respx's mocker for the proxy's upstream client: ``respx.mock(using=UPSTREAM_MOCKER)``."""
+
+
+class LeanTransportMocker(AbstractRequestMocker):
+    """respx for :class:`proxy.transport.LeanTransport`, the proxy's upstream transport.
+
+    respx's default mocker patches httpcore, which the proxy no longer sends through; this one
+    answers the transport's requests from the routes, and passes unrouted ones to the network.
+    Clients of the proxy in tests (httpx over ASGI, the openai SDK) are never intercepted.
+    """
+
+    name = UPSTREAM_MOCKER
+    targets: ClassVar[list[str]] = ["proxy.transport.LeanTransport"]
+    target_methods: ClassVar[list[str]] = ["handle_async_request"]
+
+    @classmethod
+    def to_httpx_request(cls, **kwargs: Any) -> httpx.Request:
+        request: httpx.Request = kwargs["request"]
+        return request
+
+    @classmethod
+    async def from_async_httpx_response(cls, httpx_response: httpx.Response, target: Any, **kwargs: Any) -> httpx.Response:
+        # a fresh response around the route's stream, as the transport hands one to the client
+        return httpx.Response(
+            httpx_response.status_code,
+            headers=httpx_response.headers.raw,
+            stream=httpx_response.stream,
+            extensions=httpx_response.extensions,
+        )
