@@ -9,6 +9,7 @@ what to send where; this module only owns the connections.
 from __future__ import annotations
 
 import asyncio
+import urllib.request
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 
 import httpx
@@ -29,7 +30,9 @@ class ClientPool:
 
     Its transport keeps idle connections in a list per origin (taking and returning one costs the
     same with 5 or 5,000 open), so one client serves every request; ``HEAD`` requests go through
-    httpx's own transport, with its own pool.
+    httpx's own transport, with its own pool. When the environment names an HTTP proxy
+    (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``), the client uses httpx's own transports, which
+    route through it (and honour ``NO_PROXY``).
     """
 
     def __init__(self) -> None:
@@ -40,14 +43,15 @@ class ClientPool:
     def open(self, timeout: httpx.Timeout) -> None:
         """Open the client (with ``timeout`` as its default) and start the sweeper."""
         ssl_context = httpx.create_ssl_context()
-        fallback = httpx.AsyncHTTPTransport(
-            verify=ssl_context, limits=httpx.Limits(keepalive_expiry=KEEPALIVE_S)
-        )
-        self._transport = LeanTransport(ssl_context, keepalive_s=KEEPALIVE_S, fallback=fallback)
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=256, keepalive_expiry=KEEPALIVE_S)
+        if not urllib.request.getproxies():
+            fallback = httpx.AsyncHTTPTransport(verify=ssl_context, limits=limits)
+            self._transport = LeanTransport(ssl_context, keepalive_s=KEEPALIVE_S, fallback=fallback)
         self._client = httpx.AsyncClient(
-            transport=self._transport,
+            transport=self._transport,  # None: httpx's own, with the environment's proxies
             timeout=timeout,
             verify=ssl_context,
+            limits=limits,
             follow_redirects=False,
             cookies=_refusing_jar(),
         )
@@ -61,6 +65,21 @@ class ClientPool:
     def sweep(self) -> int:
         """Close every connection idle past its keep-alive; how many were closed."""
         return self._transport.sweep() if self._transport is not None else 0
+
+    async def send(self, request: httpx.Request) -> httpx.Response:
+        """Send ``request``; the answer's body is still to be read (or closed).
+
+        Straight to the transport: the client's layer (cookies, which are refused anyway, auth,
+        redirects, which are not followed, default headers) does nothing the proxy needs and cost
+        as much CPU as the transport itself. Through the client when the environment names an
+        HTTP proxy, so httpx's proxy routing applies. ``request`` carries its timeouts in
+        ``extensions["timeout"]``.
+        """
+        if self._client is None:
+            raise RuntimeError("upstream client is not open: run the app inside its lifespan")
+        if self._transport is not None:
+            return await self._transport.handle_async_request(request)
+        return await self._client.send(request, stream=True)
 
     def next(self) -> httpx.AsyncClient:
         """The shared client."""

@@ -265,14 +265,13 @@ class Upstreams:
                 for name, value in request_headers(headers, upstream, client_auth_is_proxy_key=proxy_keys)
             ]
             for attempt in range(tries):
-                client = self.client
                 try:
-                    request = client.build_request(
+                    request = httpx.Request(
                         method,
                         self.url(name, path, query),
                         headers=outgoing,
                         content=content,
-                        timeout=self._timeout(),
+                        extensions={"timeout": self._timeout().as_dict()},
                     )
                 except httpx.InvalidURL:
                     raise InvalidRequestError(
@@ -281,7 +280,7 @@ class Upstreams:
                 attempts += 1
                 started = time.perf_counter()
                 try:
-                    response = await client.send(request, stream=True)
+                    response = await self._pool.send(request)
                 except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                     # nothing reached the upstream: safe to try again
                     waited += time.perf_counter() - started

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 import respx
 
-from tests.upstream_respx import UPSTREAM_MOCKER
+from tests.upstream_respx import PROXY_VARIABLES, UPSTREAM_MOCKER
 
 
 @pytest.fixture
@@ -16,7 +16,13 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture
-def mocked() -> Iterator[respx.MockRouter]:
-    """Upstream hosts answered by respx; the proxy itself is called through ASGI, never intercepted."""
+def mocked(monkeypatch: pytest.MonkeyPatch) -> Iterator[respx.MockRouter]:
+    """Upstream hosts answered by respx; the proxy itself is called through ASGI, never intercepted.
+
+    Proxy variables are cleared: with one set, the upstream client would use httpx's own
+    transports, which this mocker does not patch.
+    """
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
     with respx.mock(assert_all_called=False, using=UPSTREAM_MOCKER) as router:
         yield router

@@ -17,7 +17,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from proxy.pools import ClientPool
 from proxy.transport import LeanTransport
+from tests.upstream_respx import PROXY_VARIABLES
 
 pytestmark = pytest.mark.anyio
 
@@ -296,3 +298,36 @@ async def test_https_upstreams_are_reached_over_tls_and_their_certificate_is_che
                 await untrusting.get(f"https://localhost:{port}/v1/models")
     finally:
         server.server.close()
+
+
+async def test_an_http_proxy_named_in_the_environment_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with scripted(answering(ok(b"via the proxy"))) as proxy_server:
+        for name in ("NO_PROXY", "no_proxy", *PROXY_VARIABLES):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("HTTP_PROXY", proxy_server.url)
+        pool = ClientPool()
+        pool.open(httpx.Timeout(5))
+        try:
+            answer = await pool.send(httpx.Request("GET", "http://upstream.invalid/v1/models"))
+            assert await answer.aread() == b"via the proxy"
+            await answer.aclose()
+        finally:
+            await pool.close()
+    assert proxy_server.requests[0].startswith(b"GET http://upstream.invalid/v1/models HTTP/1.1\r\n")
+
+
+async def test_without_a_proxy_in_the_environment_requests_go_straight_to_the_upstream(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    async with scripted(answering(ok(b"direct"))) as server:
+        pool = ClientPool()
+        pool.open(httpx.Timeout(5))
+        try:
+            answer = await pool.send(httpx.Request("GET", f"{server.url}/v1/models"))
+            assert await answer.aread() == b"direct"
+            await answer.aclose()
+        finally:
+            await pool.close()
+    assert server.requests[0].startswith(b"GET /v1/models HTTP/1.1\r\n")

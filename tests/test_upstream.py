@@ -28,8 +28,6 @@ COMPLETION = {
 }
 
 
-
-
 def make_config(retries: int = 0, **main: Any) -> Config:
     return parse_config(
         {
@@ -77,6 +75,15 @@ class BreaksAfter(httpx.AsyncByteStream):
 
 
 # --- headers --------------------------------------------------------------------------------
+
+
+async def test_the_upstream_gets_no_http_library_headers_the_caller_did_not_send(mocked: respx.MockRouter) -> None:
+    route = mocked.post(f"{MAIN}/chat/completions").mock(return_value=httpx.Response(200, json=COMPLETION))
+    async with opened(make_config()) as upstreams:
+        await (await post(upstreams)).read()
+    sent = route.calls[0].request.headers
+    assert "user-agent" not in sent  # no "python-httpx/..." in the upstream's logs for our callers
+    assert (sent["content-type"], sent["accept-encoding"]) == ("application/json", "identity")
 
 
 def test_hop_by_hop_host_and_length_headers_are_not_forwarded() -> None:

@@ -7,6 +7,9 @@ from typing import Any, ClassVar
 import httpx
 from respx.mocks import AbstractRequestMocker
 
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+"""Environment variables that send the upstream client through an HTTP proxy (and past this mocker)."""
+
 UPSTREAM_MOCKER = "lean"
 """respx's mocker for the proxy's upstream client: ``respx.mock(using=UPSTREAM_MOCKER)``."""
 
