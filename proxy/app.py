@@ -27,9 +27,10 @@ from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from proxy.config import Config, ConfigError, load_config, summary
+from proxy.edge import CHAT_PATH, ChatFastPath, LastResort
 from proxy.errors import FilterError, NotFoundError, ProxyError, error_body
 from proxy.guard import CLIENT_CLOSED, RequestGuard
 from proxy.identity import Identity, resolve_identity
@@ -309,44 +310,11 @@ class _UpstreamStream(StreamingResponse):
             self._on_done()
 
 
-class _LastResort:
-    """Outermost guard: a bug answers a plain 500 ``server_error`` and never a traceback."""
-
-    def __init__(self, app: ASGIApp, proxy: _Proxy) -> None:
-        self.app = app
-        self.proxy = proxy
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        scope.setdefault("state", {})
-        started = False
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, receive, tracking_send)
-        except Exception as exc:  # noqa: BLE001 - the last guard: log it, answer 500, keep serving
-            request_id = self.proxy.on_unhandled(scope, exc)
-            if not started and not isinstance(exc, ClientDisconnect):
-                body = error_body(
-                    f"internal error in the proxy; its log has the details (request {request_id})",
-                    "server_error",
-                )
-                await JSONResponse(body, status_code=500, headers={"x-request-id": request_id})(
-                    scope, receive, send
-                )
-
-
 def create_app(config: Config, *, config_path: str | None = None) -> Starlette:
     """The proxy as an ASGI app for ``config``; the upstream client opens in its lifespan."""
     proxy = _Proxy(config, config_path)
     routes = [
-        Route("/v1/chat/completions", proxy.chat_completions, methods=["POST"]),
+        Route(CHAT_PATH, proxy.chat_completions, methods=["POST"]),
         Route("/v1/history/preview", proxy.preview, methods=["POST"]),
         Route(
             "/v1/{path:path}",
@@ -360,7 +328,11 @@ def create_app(config: Config, *, config_path: str | None = None) -> Starlette:
     app = Starlette(
         routes=routes,
         lifespan=proxy.lifespan,
-        middleware=[Middleware(RequestGuard, proxy=proxy), Middleware(_LastResort, proxy=proxy)],
+        middleware=[
+            Middleware(RequestGuard, proxy=proxy),
+            Middleware(LastResort, proxy=proxy),
+            Middleware(ChatFastPath, proxy=proxy),
+        ],
         exception_handlers={ProxyError: proxy.on_proxy_error, HTTPException: proxy.on_http_error},
     )
     app.state.proxy = proxy

@@ -19,6 +19,8 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
+
 LOG_FORMATS = ("json", "text")
 TRACE = 5  # uvicorn's extra level below DEBUG
 REDACTED = "[REDACTED]"
@@ -111,7 +113,10 @@ class JsonFormatter(logging.Formatter):
             line["message"] = record.getMessage()
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
-        return json.dumps(line, separators=(",", ":"), ensure_ascii=False, default=str)
+        try:  # one line per request: orjson is several times faster; the stdlib takes what it refuses
+            return orjson.dumps(line, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+        except (TypeError, orjson.JSONEncodeError):
+            return json.dumps(line, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
 class TextFormatter(logging.Formatter):

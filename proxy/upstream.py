@@ -46,6 +46,7 @@ log = logging.getLogger("history_proxy.upstream")
 
 RETRY_STATUSES = frozenset({429, 502, 503})
 WHOLE_ANSWER_BYTES = 8 * 1024 * 1024
+PARSED_URLS = 1024
 _DOT_SEGMENT = re.compile(r"(?:^|/)\.\.?(?:/|$)")
 SUMMARY_PURPOSE = "summary"
 """``x-history-purpose`` of the proxy's own summary requests."""
@@ -181,6 +182,7 @@ class Upstreams:
         self.backoff_s = backoff_s
         self.max_retry_wait_s = max_retry_wait_s
         self._pool = ClientPool()
+        self._urls: dict[str, httpx.URL] = {}
         self._mock: MockUpstreamServer | None = None
 
     async def start(self) -> None:
@@ -235,6 +237,15 @@ class Upstreams:
             base = upstream.base_url
         return f"{base}{path}" + (f"?{query}" if query else "")
 
+    def _parsed_url(self, url: str) -> httpx.URL:
+        """``url`` parsed once: httpx's parser costs more than a request's whole send."""
+        parsed = self._urls.get(url)
+        if parsed is None:
+            if len(self._urls) >= PARSED_URLS:  # arbitrary forwarded paths must not grow it forever
+                self._urls.clear()
+            parsed = self._urls[url] = httpx.URL(url)
+        return parsed
+
     async def open(
         self,
         method: str,
@@ -268,7 +279,7 @@ class Upstreams:
                 try:
                     request = httpx.Request(
                         method,
-                        self.url(name, path, query),
+                        self._parsed_url(self.url(name, path, query)),
                         headers=outgoing,
                         content=content,
                         extensions={"timeout": self._timeout().as_dict()},
