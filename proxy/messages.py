@@ -155,21 +155,21 @@ def classify(messages: Sequence[Message], completion_tools: Iterable[str] = DEFA
             inferred = group_kind
         # an action (is_action inlined: this runs for every message of every request)
         elif role == "assistant" and isinstance(calls := message.get("tool_calls"), list) and calls:
-            final = any(call_name(call) in completion for call in calls)
+            final = not completion.isdisjoint(map(call_name, calls))
             inferred = FINAL if final else ACTION
             group_kind = FINAL if final else OBSERVATION
         else:
             inferred = TASK if role == "user" else SYSTEM if role in SYSTEM_ROLES else CONVERSATION
             group_kind = OBSERVATION
         annotated = message.get("message_type")
-        kinds.append(annotated if isinstance(annotated, str) else inferred)
+        kinds.append(inferred if annotated is None or not isinstance(annotated, str) else annotated)
     return kinds
 
 
 def strip_annotations(messages: Sequence[Message]) -> list[Message]:
     """Copies of annotated messages without the annotation keys; other messages pass as they are."""
     return [
-        {k: v for k, v in m.items() if k not in ANNOTATION_KEYS} if ANNOTATION_KEYS.intersection(m) else m
+        m if ANNOTATION_KEYS.isdisjoint(m) else {k: v for k, v in m.items() if k not in ANNOTATION_KEYS}
         for m in messages
     ]
 
@@ -229,10 +229,15 @@ def turn_spans(messages: Sequence[Message], start: int = 0, end: int | None = No
     return [(bounds[k], bounds[k + 1]) for k in range(len(starts))]
 
 
-def current_turn_start(messages: Sequence[Message]) -> int:
-    """Index of the last turn-start message that begins a group (0 when there is none)."""
-    spans = turn_spans(messages)
-    return spans[-1][0] if spans else 0
+def current_turn_start(messages: Sequence[Message], floor: int = 0) -> int:
+    """Index of the last turn-start message that begins a group (0 when none; never below ``floor``)."""
+    for i in range(len(messages) - 1, floor - 1, -1):  # from the end: the current turn is usually short
+        annotated, role = messages[i].get("message_type"), messages[i].get("role")
+        if annotated == TASK if annotated is not None else role == "user":  # is_turn_start, inlined
+            if role != "tool":  # only a tool message can sit inside another message's group
+                return i
+            return max(floor, turn_spans(messages)[-1][0])
+    return floor
 
 
 def newest_user_index(messages: Sequence[Message]) -> int | None:
@@ -353,7 +358,7 @@ def invariants_hold(messages: Sequence[Message]) -> bool:
         content = message.get("content")
         if "cache_control" in message:
             marks += 1
-        if isinstance(content, list):
+        if content.__class__ is not str and isinstance(content, list):
             marks += sum(1 for part in content if isinstance(part, dict) and "cache_control" in part)
         if role == "tool":
             call_id = message.get("tool_call_id")
@@ -368,7 +373,8 @@ def invariants_hold(messages: Sequence[Message]) -> bool:
             continue
         calls = message.get("tool_calls")
         if isinstance(calls, list) and calls:
-            open_ids = [str(call.get("id")) for call in calls]
+            # most actions make one call: skip the comprehension's own frame for them
+            open_ids = [str(calls[0].get("id"))] if len(calls) == 1 else [str(call.get("id")) for call in calls]
         elif not (
             (content.strip() if isinstance(content, str) else has_text(message))
             or message.get("refusal")

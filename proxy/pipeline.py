@@ -75,6 +75,13 @@ class PipelineResult:
 
 def request_messages(body: Any) -> list[Message]:
     """The ``messages`` of a chat-completions body, checked enough for filters to read them safely."""
+    messages = _message_list(body)
+    _check_messages(messages)
+    return messages
+
+
+def _message_list(body: Any) -> list[Any]:
+    """The ``messages`` list of a body, with the body-level checks of :func:`request_messages` done."""
     if not isinstance(body, dict):
         raise InvalidRequestError("the request body must be a JSON object")
     messages = body.get("messages")
@@ -86,46 +93,14 @@ def request_messages(body: Any) -> list[Message]:
         raise InvalidRequestError("'messages' must contain at least one message", param="messages")
     if "model" in body and not isinstance(body["model"], str):
         raise InvalidRequestError("'model' must be a string", param="model")
-    for i, message in enumerate(messages):
-        if not _plainly_valid(message):
-            _check_message(message, f"messages[{i}]")
     return messages
 
 
-def _plainly_valid(message: Any) -> bool:
-    """The common shapes, checked in one quick pass; True only when :func:`_check_message` would pass.
-
-    Exact ``str``/``dict``/``list`` types only (what ``json.loads`` builds); anything else, annotated
-    messages and list content take the full check.
-    """
-    if message.__class__ is not dict:
-        return False
-    role = message.get("role")
-    content = message.get("content")
-    if (
-        role.__class__ is not str
-        or role not in KNOWN_ROLES
-        or (content is not None and content.__class__ is not str)
-        or message.get("name", "").__class__ is not str
-        or message.get("tool_call_id", "").__class__ is not str
-        or not ANNOTATION_KEYS.isdisjoint(message)
-    ):
-        return False
-    calls = message.get("tool_calls")
-    if calls is None:
-        return True
-    if calls.__class__ is not list:
-        return False
-    for call in calls:
-        function = call.get("function") if call.__class__ is dict else None
-        if (
-            function.__class__ is not dict
-            or function.get("name").__class__ is not str
-            or function.get("arguments", "").__class__ is not str
-            or call.get("id", "").__class__ is not str
-        ):
-            return False
-    return True
+def _check_messages(messages: Sequence[Any], plain: Sequence[int | None] | None = None) -> None:
+    """Every message checked in order (the first at fault answers); ``plain`` marks known-good ones."""
+    for i, message in enumerate(messages):
+        if plain is None or plain[i] is None:
+            _check_message(message, f"messages[{i}]")
 
 
 def _check_message(message: Any, where: str) -> None:
@@ -195,16 +170,38 @@ def _check_annotations(message: Message, where: str) -> None:
 
 def tokens_by_role(counter: TokenCounter, messages: Sequence[Message]) -> dict[str, int]:
     """Message tokens summed per role (reply priming not included)."""
+    return _by_role(messages, counter.each(messages))
+
+
+def _by_role(messages: Sequence[Message], counts: Sequence[int]) -> dict[str, int]:
     by_role: dict[str, int] = {}
-    for message, tokens in zip(messages, counter.each(messages), strict=True):
-        role = str(message.get("role"))
+    for message, tokens in zip(messages, counts, strict=True):
+        role = message.get("role")
+        if role.__class__ is not str:
+            role = str(role)
         by_role[role] = by_role.get(role, 0) + tokens
     return by_role
 
 
 def _side(counter: TokenCounter, messages: Sequence[Message]) -> dict[str, Any]:
-    by_role = tokens_by_role(counter, messages)
+    return _side_of(messages, _by_role(messages, counter.each(messages)))
+
+
+def _side_of(messages: Sequence[Message], by_role: dict[str, int]) -> dict[str, Any]:
     return {"messages": len(messages), "tokens": sum(by_role.values()) + 3, "tokens_by_role": by_role}
+
+
+def _checked_side(counter: TokenCounter, messages: list[Any]) -> dict[str, Any]:
+    """:func:`request_messages`' checks of every message and the tokens before the chain, in one walk.
+
+    The messages of the plain shape are checked and counted together (:meth:`TokenCounter.each_plain`);
+    the others are checked in full, in order, and counted the usual way.
+    """
+    counts = counter.each_plain(messages)
+    if None in counts:
+        _check_messages(messages, counts)
+        return _side(counter, messages)
+    return _side_of(messages, _by_role(messages, counts))  # type: ignore[arg-type]
 
 
 class Pipeline:
@@ -215,6 +212,9 @@ class Pipeline:
         self.tokens = tokens
         self.summarizer = summarizer
         self.completion_tools = frozenset(config.identity.completion_tools)
+        # filter class -> whether it is awaited through apply_async (asking a pydantic model for a
+        # missing attribute costs microseconds, on every filter of every request)
+        self._awaited: dict[type[Filter], bool] = {}
 
     def context(
         self, identity: Identity, model: str, upstream: str | None, tokens: TokenCounters | None = None
@@ -235,8 +235,9 @@ class Pipeline:
     async def run(self, body: dict[str, Any], identity: Identity, upstream: str | None = None) -> PipelineResult:
         """Filter ``body`` for ``identity``; raises ``InvalidRequestError`` or ``FilterError``."""
         started = time.perf_counter()
-        original = request_messages(body)
+        original: list[Message] = _message_list(body)
         if len(original) > self.config.limits.max_messages:
+            _check_messages(original)  # an invalid message is answered first, as for any request
             raise PayloadTooLargeError(
                 f"the request has {len(original)} messages; this proxy accepts at most "
                 f"{self.config.limits.max_messages} (limits.max_messages)",
@@ -245,10 +246,10 @@ class Pipeline:
         model = body.get("model") if isinstance(body.get("model"), str) else ""
         ctx = self.context(identity, str(model), upstream)
         counter = ctx.tokens.get(model=ctx.model)  # the request's view: each message object counted once
+        before = _checked_side(counter, original)  # checks the messages too: filters then read them safely
         chain = self.config.chain(identity.role, identity.tenant)
         mode = self.config.mode(identity.role, identity.tenant)
 
-        before = _side(counter, original)
         messages = original
         outputs: list[list[Message]] = []  # every filter's output, to find the one that broke an invariant
         outcomes: list[FilterOutcome] = []
@@ -337,11 +338,15 @@ class Pipeline:
                 return self._filter_failed(filter_, at, "output breaks " + "; ".join(broken), None, mode == "shadow")
         return None
 
-    @staticmethod
-    async def _apply(filter_: Filter, messages: list[Message], ctx: FilterContext) -> list[Message]:
-        apply_async = getattr(filter_, "apply_async", None)
-        if apply_async is not None and inspect.iscoroutinefunction(apply_async):
-            result = await apply_async(messages, ctx)
+    async def _apply(self, filter_: Filter, messages: list[Message], ctx: FilterContext) -> list[Message]:
+        awaited = self._awaited.get(type(filter_))
+        if awaited is None:
+            apply_async = getattr(filter_, "apply_async", None)
+            awaited = self._awaited[type(filter_)] = apply_async is not None and inspect.iscoroutinefunction(
+                apply_async
+            )
+        if awaited:
+            result = await filter_.apply_async(messages, ctx)  # type: ignore[attr-defined]
         else:
             result = filter_.apply(messages, ctx)
         if not isinstance(result, list):

@@ -7,7 +7,9 @@ package (gzip), are checked against tiktoken's published SHA-256 and written int
 Counts are cached per distinct string, so a conversation that grows by two messages costs two
 messages of tokenizing, not the whole history again. Within one request, a view
 (``TokenCounters.for_request``) also remembers each message object it counted, so the counts
-before, between and after the filters walk only the messages a filter changed.
+before, between and after the filters walk only the messages a filter changed. The first count
+(``each_plain``) also tells which messages have the plain shape JSON clients send, so the pipeline
+checks and counts a request's messages in one walk.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from proxy.messages import ANNOTATION_KEYS, Message
+from proxy.messages import ANNOTATION_KEYS, KNOWN_ROLES, Message
 
 Tokenizer = Literal["tiktoken", "approximate"]
 
@@ -161,19 +163,118 @@ class TokenCounter:
 
     def messages(self, messages: Iterable[Message]) -> int:
         """Tokens of a whole request's messages, reply priming included."""
-        return REPLY_PRIMING + sum(self.each(messages if isinstance(messages, (list, tuple)) else list(messages)))
+        listed = messages if isinstance(messages, (list, tuple)) else list(messages)
+        if self._counted:
+            try:  # every message counted already in this request: the usual case between filters
+                return REPLY_PRIMING + sum(map(self._counted.__getitem__, map(id, listed)))
+            except KeyError:
+                pass
+        return REPLY_PRIMING + sum(self.each(listed))
 
     def each(self, messages: Sequence[Message]) -> list[int]:
         """Tokens of every message, in order."""
         counted = self._counted
+        walk = self._walk
         if counted is None:
-            return [self._walk(message) for message in messages]
-        if counted:
-            try:
-                return list(map(counted.__getitem__, map(id, messages)))
-            except KeyError:  # some messages are new to this request
-                pass
-        return [self.message(message) for message in messages]
+            return [walk(message) for message in messages]
+        if not counted:  # the first count of the request: every message is new, remember them in bulk
+            walked = [walk(message) for message in messages]
+            counted.update(zip(map(id, messages), walked))
+            self._held.extend(messages)
+            return walked
+        # look every message up at C speed, then walk only the ones this request has not counted yet
+        counts: list[int | None] = list(map(counted.get, map(id, messages)))
+        if None in counts:
+            missing = [counts.index(None)]
+            while True:  # C-level scans: usually only a few messages are new
+                try:
+                    missing.append(counts.index(None, missing[-1] + 1))
+                except ValueError:
+                    break
+            new = [messages[i] for i in missing]
+            walked = [walk(message) for message in new]
+            counted.update(zip(map(id, new), walked))
+            self._held.extend(new)
+            for i, count in zip(missing, walked):
+                counts[i] = count
+        return counts  # type: ignore[return-value]
+
+    def each_plain(self, messages: Sequence[Any]) -> list[int | None]:
+        """:meth:`each` for the items of the plain shape, None for every other item, in one walk.
+
+        Plain is what JSON clients send: a ``dict`` with a known ``role``, ``content`` a string,
+        null or a list of part objects with string ``text``, string ``name`` and ``tool_call_id``,
+        null or well-formed ``tool_calls`` (``{id, function: {name, arguments}}`` with string
+        values), no annotation key, and exact ``str``/``list``/``dict`` types. Such a message is a
+        valid request message, so a request is checked and counted in the same walk over its
+        fields; the caller checks the others in full.
+        """
+        counts = [self._plain_walk(message) for message in messages]
+        counted = self._counted
+        if counted is not None:
+            if None in counts:
+                plain = [(message, count) for message, count in zip(messages, counts) if count is not None]
+                counted.update((id(message), count) for message, count in plain)
+                self._held.extend(message for message, _ in plain)
+            else:
+                counted.update(zip(map(id, messages), counts))  # type: ignore[arg-type]
+                self._held.extend(messages)
+        return counts
+
+    def _plain_walk(self, message: Any) -> int | None:
+        if message.__class__ is not dict:
+            return None
+        strings = self._strings
+        cache = strings.cache
+        total = TOKENS_PER_MESSAGE
+        has_role = False
+        for key, value in message.items():
+            if value.__class__ is str:
+                if key in _NEVER_STRINGS:
+                    return None
+                if key == "role":
+                    if value not in KNOWN_ROLES:
+                        return None
+                    has_role = True
+                try:
+                    total += cache[value]
+                except KeyError:
+                    total += strings.tokenize(value)
+                if key == "name":
+                    total += TOKENS_PER_NAME
+            elif key == "content" or key == "tool_calls":
+                if value is None:
+                    continue
+                if value.__class__ is not list:
+                    return None
+                if key == "content":
+                    for part in value:  # plain parts: objects whose text, if any, is a string
+                        if part.__class__ is not dict or ("text" in part and part["text"].__class__ is not str):
+                            return None
+                    total += self._parts(value)
+                    continue
+                for call in value:  # plain calls: {id, function: {name, arguments}}, string values
+                    function = call.get("function") if call.__class__ is dict else None
+                    if function.__class__ is not dict or call.get("id", "").__class__ is not str:
+                        return None
+                    name = function.get("name")
+                    if name.__class__ is not str:
+                        return None
+                    try:
+                        total += cache[name]
+                    except KeyError:
+                        total += strings.tokenize(name)
+                    if "arguments" in function:
+                        arguments = function["arguments"]
+                        if arguments.__class__ is not str:
+                            return None
+                        try:
+                            total += cache[arguments]
+                        except KeyError:
+                            total += strings.tokenize(arguments)
+            elif key in _STRING_KEYS or key in ANNOTATION_KEYS or isinstance(value, str):
+                return None  # a checked field of another type, an annotation, or a str subclass
+        return total if has_role else None
 
     def _walk(self, message: Message) -> int:
         cache = self._strings.cache
@@ -215,6 +316,10 @@ class TokenCounter:
                     cached = cache.get(arguments)
                     total += cached if cached is not None else self._strings.tokenize(arguments)
         return total
+
+
+_STRING_KEYS = frozenset({"role", "name", "tool_call_id"})
+_NEVER_STRINGS = ANNOTATION_KEYS | {"tool_calls"}  # a plain message has no annotation, and no string tool_calls
 
 
 class _StringCounts:

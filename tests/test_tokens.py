@@ -11,7 +11,10 @@ import pytest
 import tiktoken
 import tiktoken.load
 import tiktoken_ext.openai_public
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from proxy.pipeline import request_messages
 from proxy.tokens import (
     ENCODINGS,
     TokenCounter,
@@ -21,6 +24,7 @@ from proxy.tokens import (
     install_encoding_files,
 )
 from tests.factories import action, assistant, call, system, user
+from tests.strategies import conversations
 
 
 @pytest.fixture(scope="module")
@@ -158,6 +162,61 @@ def test_a_request_view_counts_each_message_object_once_and_agrees_with_the_coun
     assert [view.message(m) for m in messages] == view.each(messages)
     assert all(m.reads == 1 for m in messages)
     assert first == shared.messages([dict(m) for m in messages])
+
+
+FIELD_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.sampled_from(["user", "tool", "assistant", "system", "task", "observation", "bogus", ""]),
+    st.text(max_size=8),
+    st.lists(st.text(max_size=4), max_size=2),
+    st.lists(
+        st.dictionaries(
+            st.sampled_from(["type", "text", "refusal", "image_url", "id", "function"]),
+            st.one_of(
+                st.none(),
+                st.integers(),
+                st.text(max_size=4),
+                st.dictionaries(st.sampled_from(["name", "arguments"]), st.one_of(st.none(), st.text(max_size=4))),
+            ),
+            max_size=3,
+        ),
+        max_size=3,
+    ),
+    st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=2),
+)
+MESSAGE_KEYS = st.sampled_from(
+    ["role", "content", "name", "tool_call_id", "tool_calls", "tags", "message_type", "phase_id", "agent", "refusal", "x"]
+)
+MESSAGE_LIKE = st.one_of(
+    st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "tool"])}, optional={"content": FIELD_VALUES})
+    | st.dictionaries(MESSAGE_KEYS, FIELD_VALUES, max_size=5),
+    FIELD_VALUES,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(MESSAGE_LIKE, max_size=4))
+def test_a_plain_count_is_a_valid_message_counted_as_each_counts_it(items: list[Any]) -> None:
+    """``each_plain`` vouches only for messages the full request check accepts, and counts them exactly."""
+    shared = TokenCounters().get(model="gpt-4o")
+    view = TokenCounters().for_request().get(model="gpt-4o")
+    for item, count in zip(items, view.each_plain(items), strict=True):
+        if count is not None:
+            request_messages({"messages": [item]})  # raises if the item is not a valid message
+            assert count == shared.message(item) == view.message(item)
+
+
+@settings(max_examples=60, deadline=None)
+@given(conversations())
+def test_plain_counts_of_a_conversation_agree_with_each(messages: list[Any]) -> None:
+    view = TokenCounters().for_request().get(model="gpt-4o")
+    plain = view.each_plain(messages)
+    assert [count for count in plain if count is not None] == [
+        count for count, p in zip(view.each(messages), plain, strict=True) if p is not None
+    ]
+    assert view.each(messages) == TokenCounters().get(model="gpt-4o").each(messages)
 
 
 def test_a_message_changed_by_a_filter_is_a_new_object_and_is_counted_again() -> None:

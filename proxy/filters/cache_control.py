@@ -50,8 +50,14 @@ class CacheControl(Filter):
 
     def apply(self, messages: list[Message], ctx: FilterContext) -> list[Message]:
         ours = self.mark()
-        result = [without_mark(m, ours) for m in messages]
-        room = max(0, MAX_CACHE_MARKS - cache_mark_count(result))
+        result = list(messages)
+        marks = 0
+        for i, message in enumerate(messages):
+            # a message with no mark and no content parts has nothing to clear or count
+            if "cache_control" in message or isinstance(message.get("content"), list):
+                result[i] = cleared = without_mark(message, ours)
+                marks += cache_mark_count((cleared,))
+        room = max(0, MAX_CACHE_MARKS - marks)
         counted = 0
         for age, i in enumerate(range(len(result) - 1, -1, -1)):
             if counted >= self.last_n_messages:

@@ -15,6 +15,7 @@ first user message followed by every tool message.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -41,19 +42,46 @@ def observation_positions(messages: Sequence[Message]) -> list[int]:
     The messages annotated ``message_type: observation``; when none is, the first user message
     (SWE-agent's instance template, an observation there) and every tool message.
     """
-    annotated = [i for i, m in enumerate(messages) if m.get("message_type") == OBSERVATION]
+    annotated: list[int] = []
+    tools: list[int] = []
+    first_user: int | None = None
+    for i, message in enumerate(messages):
+        if message.get("message_type") == OBSERVATION:
+            annotated.append(i)
+        role = message.get("role")
+        if role == "tool":
+            tools.append(i)
+        elif role == "user" and first_user is None:
+            first_user = i
     if annotated:
         return annotated
-    positions = {i for i, m in enumerate(messages) if m.get("role") == "tool"}
-    first_user = next((i for i, m in enumerate(messages) if m.get("role") == "user"), None)
     if first_user is not None:
-        positions.add(first_user)
-    return sorted(positions)
+        bisect.insort(tools, first_user)
+    return tools
 
 
 def elided_by_count(observation_count: int, n: int, polling: int) -> range:
     """Observation positions elided by count: ``[1, max(0, floor(N / polling) * polling - n))``."""
     return range(1, max(0, (observation_count // polling) * polling - n))
+
+
+def line_count(text: str) -> int:
+    """``len(text.splitlines())``, without building the lines.
+
+    ASCII text whose only line boundary is ``\\n`` (the usual tool output) has one line per
+    ``\\n``, plus one for a last line that does not end with it; any other text is split.
+    """
+    if (
+        text.isascii()
+        and "\r" not in text
+        and "\x0b" not in text
+        and "\x0c" not in text
+        and "\x1c" not in text
+        and "\x1d" not in text
+        and "\x1e" not in text
+    ):
+        return text.count("\n") + (0 if text == "" or text.endswith("\n") else 1)
+    return len(text.splitlines())
 
 
 def elision_notice(content: Any) -> str:
@@ -62,15 +90,14 @@ def elision_notice(content: Any) -> str:
     L counts ``str.splitlines()`` of the string content, or of every text part summed.
     """
     if isinstance(content, str):
-        lines = len(content.splitlines())
-    elif isinstance(content, list):
+        return f"Old environment output: ({line_count(content)} lines omitted)"
+    lines = 0
+    if isinstance(content, list):
         lines = sum(
-            len(part["text"].splitlines())
+            line_count(part["text"])
             for part in content
             if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
         )
-    else:
-        lines = 0
     notice = f"Old environment output: ({lines} lines omitted)"
     images = image_count(content)
     if images > 0:
@@ -115,14 +142,19 @@ class LastNObservations(Filter):
 
     def apply(self, messages: list[Message], ctx: FilterContext) -> list[Message]:
         positions = observation_positions(messages)
-        by_count = {positions[k] for k in elided_by_count(len(positions), self.n, self.polling)}
+        by_count = elided_by_count(len(positions), self.n, self.polling)
         result = list(messages)
-        for i in positions:
-            tags = tags_of(messages[i])
+        for k, i in enumerate(positions):
+            message = messages[i]
+            if message.get("tags") is None:  # untagged, the usual case: the count alone decides
+                if k in by_count:
+                    result[i] = elided(message)
+                continue
+            tags = tags_of(message)
             removed = bool(tags & self.always_remove_output_for_tags)
             kept = bool(tags & self.always_keep_output_for_tags)
-            if removed or (i in by_count and not kept):
-                result[i] = elided(messages[i])
+            if removed or (k in by_count and not kept):
+                result[i] = elided(message)
         return result
 
 

@@ -30,12 +30,13 @@ from proxy.messages import (
     Message,
     NotApplicable,
     classify,
+    current_turn_start,
     group_spans,
     has_text,
+    keep_spans,
     leading_system_count,
     newest_user_index,
     tool_calls,
-    turn_spans,
 )
 
 COMPLETION_TYPES = frozenset({FINAL, SYNTHESIS})
@@ -46,9 +47,7 @@ TRACE_RESULT_TYPES = frozenset({OBSERVATION, GLOBAL_OBSERVATION})
 def current_turn_bounds(messages: Sequence[Message]) -> tuple[int, int]:
     """``(leading system count, start of the current turn)``; the turn never starts inside the system block."""
     lead = leading_system_count(messages)
-    spans = turn_spans(messages)
-    start = spans[-1][0] if spans else 0
-    return lead, max(start, lead)
+    return lead, current_turn_start(messages, lead)
 
 
 def text_only(message: Message) -> Message | None:
@@ -77,6 +76,21 @@ def assemble(messages: Sequence[Message], kept: dict[int, Message]) -> list[Mess
         last_group = group_spans(messages)[-1]
         kept = {i: messages[i] for i in range(*last_group)}
     return [kept[i] for i in sorted(kept)]
+
+
+def assemble_spans(
+    messages: Sequence[Message], spans: list[tuple[int, int]], newest_user: int | None
+) -> list[Message]:
+    """:func:`assemble` for kept ``spans`` (in order, not overlapping) of unchanged messages.
+
+    ``newest_user`` is :func:`newest_user_index` of ``messages``, added when no span holds it.
+    """
+    if newest_user is not None and not any(a <= newest_user < b for a, b in spans):
+        spans = sorted([*spans, (newest_user, newest_user + 1)])
+    kept = keep_spans(messages, spans)
+    if not kept and messages:
+        return keep_spans(messages, group_spans(messages)[-1:])
+    return kept
 
 
 class OrchestratorView(Filter):
@@ -187,6 +201,29 @@ def producing_agent(message: Message) -> str | None:
     return None
 
 
+_ATTRIBUTION_KEYS = frozenset({"message_type", "agent", "name"})
+
+
+def drops_nothing(turn: Sequence[Message], completion_tools: frozenset[str]) -> bool:
+    """Whether ``worker_view`` keeps every group of the current ``turn``, told without classifying it.
+
+    So it is when no message is annotated or attributed to an agent (no global observation, no
+    other agent's trace) and no action calls a completion tool (no completion signal). The newest
+    user message is then in the turn (it would start a later turn otherwise), so it is kept too.
+    """
+    if not all(map(_ATTRIBUTION_KEYS.isdisjoint, turn)):
+        return False
+    for message in turn:
+        calls = message.get("tool_calls")
+        if calls and message.get("role") == "assistant" and isinstance(calls, list):  # an action
+            for call in calls:  # call_name(call) in completion_tools, inlined: this runs on every request
+                function = call.get("function") if isinstance(call, dict) else None
+                name = function.get("name") if isinstance(function, dict) else None
+                if (name if isinstance(name, str) else "") in completion_tools:
+                    return False
+    return True
+
+
 class WorkerView(Filter):
     """The worker's view: the current turn only, without other agents' traces or completion signals.
 
@@ -208,22 +245,30 @@ class WorkerView(Filter):
 
     def apply(self, messages: list[Message], ctx: FilterContext) -> list[Message]:
         lead, current = current_turn_bounds(messages)
-        kinds = classify(messages, ctx.completion_tools)
-        kept = {i: messages[i] for i in range(lead)}
-        for position, (a, b) in enumerate(group_spans(messages, current)):
-            is_task = position == 0 and kinds[a] == TASK
-            if is_task or self.keeps_group(messages, kinds, a, b, ctx.agent):
-                kept.update((i, messages[i]) for i in range(a, b))
-        return assemble(messages, kept)
+        if drops_nothing(messages[current:], ctx.completion_tools):
+            return messages[:lead] + messages[current:]
+        # the current turn begins a group, so classifying it alone gives the kinds the whole list would
+        kinds = classify(messages[current:], ctx.completion_tools)
+        spans = [(0, lead)]
+        newest_user: int | None = None
+        for a, b in group_spans(messages, current):
+            first = messages[a]
+            if first.get("role") == "user":  # a user message is a group alone: the newest is met last
+                newest_user = a
+            group_kinds = kinds[a - current : b - current]
+            if (a == current and group_kinds[0] == TASK) or self.keeps_group(first, group_kinds, ctx.agent):
+                spans.append((a, b))
+        if newest_user is None:
+            newest_user = newest_user_index(messages[:current])
+        return assemble_spans(messages, spans, newest_user)
 
-    def keeps_group(
-        self, messages: Sequence[Message], kinds: Sequence[str], a: int, b: int, agent: str | None
-    ) -> bool:
-        """Whether the group ``messages[a:b]`` belongs in this worker's view."""
-        group_kinds = kinds[a:b]
-        if self.include_global and GLOBAL_OBSERVATION in group_kinds:
+    def keeps_group(self, first: Message, kinds: Sequence[str], agent: str | None) -> bool:
+        """Whether a group (its first message, the kinds of all its messages) belongs in this worker's view."""
+        if self.include_global and GLOBAL_OBSERVATION in kinds:
             return True
-        if FINAL in group_kinds:
+        if FINAL in kinds:
             return False
-        producer = producing_agent(messages[a])
-        return agent is None or producer is None or producer == agent
+        if agent is None or ("agent" not in first and "name" not in first):  # no producer: everyone's
+            return True
+        producer = producing_agent(first)
+        return producer is None or producer == agent

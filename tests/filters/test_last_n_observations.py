@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from proxy.config import ConfigError, load_config, parse_config
 from proxy.filters.base import FilterContext
-from proxy.filters.observations import LastNObservations, observation_positions
+from proxy.filters.observations import LastNObservations, line_count, observation_positions
 from proxy.messages import Message, invariant_errors, text_of
 from tests.factories import action, assistant, corpus_body, corpus_files, exchange, result, system, user
 
@@ -61,6 +61,21 @@ def test_a_three_line_observation_elides_to_exactly_the_swe_agent_notice() -> No
 def test_lines_are_counted_as_python_splitlines_counts_them(output: str, notice: str) -> None:
     messages = [user("task"), *exchange(output=output), *exchange(output="new")]
     assert elide(messages, n=1)[2]["content"] == notice
+
+
+LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(["a", " ", "\t", "é", *LINE_BREAKS]), max_size=30) | st.text())
+def test_the_fast_line_count_equals_splitlines_for_every_string(text: str) -> None:
+    assert line_count(text) == len(text.splitlines())
+
+
+@pytest.mark.parametrize("text", ["", "\n", "\n\n", "a", "a\n", "a\nb", "\r\n", "a\rb", "é\n", *LINE_BREAKS])
+def test_the_fast_line_count_agrees_on_every_line_boundary(text: str) -> None:
+    assert line_count(text) == len(text.splitlines())
+    assert line_count(text * 3 + "x") == len((text * 3 + "x").splitlines())
 
 
 def test_null_tool_content_counts_zero_lines() -> None:
