@@ -8,8 +8,8 @@
    proxy's per-string count cache: only new messages are tokenized) and with a fresh one per request
    (no cache), plus how many strings each request had to tokenize;
 2. breakdown: per body (synthetic 20/100/400 messages and the largest corpus bodies) the median of
-   parse (``json.loads`` of the request bytes), chain (``Pipeline.run``, warm and cold cache) and
-   serialise (``json.dumps`` of the forwarded body).
+   parse (the proxy's ``parse_body`` of the request bytes), chain (``Pipeline.run``, warm and cold
+   cache) and serialise (the proxy's ``encode_json`` of the forwarded body).
 
 Every request body is parsed fresh from bytes before it is timed, as the proxy does, so cached
 counts are looked up with newly built strings.
@@ -32,6 +32,7 @@ from bench.report import RESULTS_DIR, jsonable
 from proxy.config import Config, parse_config
 from proxy.identity import Identity
 from proxy.pipeline import Pipeline
+from proxy.request_body import encode_json, parse_body
 from proxy.tokens import TokenCounters
 
 T = TypeVar("T")
@@ -71,11 +72,11 @@ def timed_request(config: Config, counters: TokenCounters, raw: bytes) -> dict[s
     counter = counters.get(model=json.loads(raw).get("model", ""))
     misses_before = counter.misses
     t0 = time.perf_counter()
-    body = json.loads(raw)
+    body = parse_body(raw)
     t1 = time.perf_counter()
     result = run_sync(pipeline.run(body, WORKER, UPSTREAM))
     t2 = time.perf_counter()
-    json.dumps(result.body)
+    encode_json(result.body)
     t3 = time.perf_counter()
     return {
         "parse_ms": (t1 - t0) * 1000,
