@@ -83,14 +83,15 @@ def assemble_spans(
 ) -> list[Message]:
     """:func:`assemble` for kept ``spans`` (in order, not overlapping) of unchanged messages.
 
-    ``newest_user`` is :func:`newest_user_index` of ``messages``, added when no span holds it.
+    One slice per span when they already hold the newest user message (``newest_user``, as
+    :func:`newest_user_index` gives it) and keep something, the usual case; otherwise
+    :func:`assemble` applies its rules.
     """
-    if newest_user is not None and not any(a <= newest_user < b for a, b in spans):
-        spans = sorted([*spans, (newest_user, newest_user + 1)])
-    kept = keep_spans(messages, spans)
-    if not kept and messages:
-        return keep_spans(messages, group_spans(messages)[-1:])
-    return kept
+    if newest_user is None or any(a <= newest_user < b for a, b in spans):
+        kept = keep_spans(messages, spans)
+        if kept:
+            return kept
+    return assemble(messages, {i: messages[i] for a, b in spans for i in range(a, b)})
 
 
 class OrchestratorView(Filter):
