@@ -26,9 +26,6 @@ from proxy.errors import FilterError, InvalidRequestError, PayloadTooLargeError
 from proxy.filters.base import Filter, FilterContext, Summarizer
 from proxy.identity import Identity
 from proxy.messages import (
-    ANNOTATION_KEYS,
-    KNOWN_ROLES,
-    MESSAGE_TYPES,
     Message,
     NotApplicable,
     invariant_errors,
@@ -36,7 +33,10 @@ from proxy.messages import (
     strip_annotations,
 )
 from proxy.policies import PolicyMode
+from proxy.request_checks import check_messages, message_list, request_messages
 from proxy.tokens import TokenCounter, TokenCounters
+
+__all__ = ["FilterOutcome", "Pipeline", "PipelineResult", "request_messages", "tokens_by_role"]
 
 log = logging.getLogger("history_proxy.pipeline")
 
@@ -73,101 +73,6 @@ class PipelineResult:
     messages_forwarded: int = 0
 
 
-def request_messages(body: Any) -> list[Message]:
-    """The ``messages`` of a chat-completions body, checked enough for filters to read them safely."""
-    messages = _message_list(body)
-    _check_messages(messages)
-    return messages
-
-
-def _message_list(body: Any) -> list[Any]:
-    """The ``messages`` list of a body, with the body-level checks of :func:`request_messages` done."""
-    if not isinstance(body, dict):
-        raise InvalidRequestError("the request body must be a JSON object")
-    messages = body.get("messages")
-    if messages is None:
-        raise InvalidRequestError("'messages' is required", param="messages", code="missing_required_parameter")
-    if not isinstance(messages, list):
-        raise InvalidRequestError("'messages' must be a list of message objects", param="messages")
-    if not messages:
-        raise InvalidRequestError("'messages' must contain at least one message", param="messages")
-    if "model" in body and not isinstance(body["model"], str):
-        raise InvalidRequestError("'model' must be a string", param="model")
-    return messages
-
-
-def _check_messages(messages: Sequence[Any], plain: Sequence[int | None] | None = None) -> None:
-    """Every message checked in order (the first at fault answers); ``plain`` marks known-good ones."""
-    for i, message in enumerate(messages):
-        if plain is None or plain[i] is None:
-            _check_message(message, f"messages[{i}]")
-
-
-def _check_message(message: Any, where: str) -> None:
-    """Every check of one message, raising a 400 that names the first field at fault."""
-    if not isinstance(message, dict):
-        raise InvalidRequestError(f"{where} must be an object with a 'role'", param=where)
-    role = message.get("role")
-    if not isinstance(role, str) or role not in KNOWN_ROLES:
-        raise InvalidRequestError(
-            f"{where}.role must be one of {', '.join(sorted(KNOWN_ROLES))}, got {str(role)[:40]!r}",
-            param=f"{where}.role",
-        )
-    _check_annotations(message, where)
-    _check_fields(message, where)
-
-
-def _is_call(call: Any) -> bool:
-    function = call.get("function") if isinstance(call, dict) else None
-    return (
-        isinstance(function, dict)
-        and isinstance(function.get("name"), str)
-        and isinstance(function.get("arguments", ""), str)
-        and isinstance(call.get("id", ""), str)
-    )
-
-
-def _check_fields(message: Message, where: str) -> None:
-    """The standard fields filters read have the types OpenAI documents (a 400 naming the field)."""
-    calls = message.get("tool_calls")
-    if calls is not None and not (isinstance(calls, list) and all(_is_call(c) for c in calls)):
-        raise InvalidRequestError(
-            f"{where}.tool_calls must be a list of {{id, type, function: {{name, arguments}}}} objects "
-            "with string id, name and arguments",
-            param=f"{where}.tool_calls",
-        )
-    content = message.get("content")
-    if content is not None and not isinstance(content, str) and not (
-        isinstance(content, list)
-        and all(isinstance(part, dict) and isinstance(part.get("text", ""), str) for part in content)
-    ):
-        raise InvalidRequestError(
-            f"{where}.content must be a string, null or a list of content part objects", param=f"{where}.content"
-        )
-    for key in ("name", "tool_call_id"):
-        if key in message and not isinstance(message[key], str):
-            raise InvalidRequestError(f"{where}.{key} must be a string", param=f"{where}.{key}")
-
-
-def _check_annotations(message: Message, where: str) -> None:
-    if not ANNOTATION_KEYS.intersection(message):
-        return
-    tags = message.get("tags")
-    if tags is not None and not (isinstance(tags, list) and all(isinstance(t, str) for t in tags)):
-        raise InvalidRequestError(f"{where}.tags must be a list of strings", param=f"{where}.tags")
-    kind = message.get("message_type")
-    if kind is not None and (not isinstance(kind, str) or kind not in MESSAGE_TYPES):
-        raise InvalidRequestError(
-            f"{where}.message_type must be one of {', '.join(sorted(MESSAGE_TYPES))}", param=f"{where}.message_type"
-        )
-    phase = message.get("phase_id")
-    if phase is not None and (isinstance(phase, bool) or not isinstance(phase, int | str)):
-        raise InvalidRequestError(f"{where}.phase_id must be an integer or a string", param=f"{where}.phase_id")
-    agent = message.get("agent")
-    if agent is not None and not isinstance(agent, str):
-        raise InvalidRequestError(f"{where}.agent must be a string", param=f"{where}.agent")
-
-
 def tokens_by_role(counter: TokenCounter, messages: Sequence[Message]) -> dict[str, int]:
     """Message tokens summed per role (reply priming not included)."""
     return _by_role(messages, counter.each(messages))
@@ -199,7 +104,7 @@ def _checked_side(counter: TokenCounter, messages: list[Any]) -> dict[str, Any]:
     """
     counts = counter.each_plain(messages)
     if None in counts:
-        _check_messages(messages, counts)
+        check_messages(messages, counts)
         return _side(counter, messages)
     return _side_of(messages, _by_role(messages, counts))  # type: ignore[arg-type]
 
@@ -235,9 +140,9 @@ class Pipeline:
     async def run(self, body: dict[str, Any], identity: Identity, upstream: str | None = None) -> PipelineResult:
         """Filter ``body`` for ``identity``; raises ``InvalidRequestError`` or ``FilterError``."""
         started = time.perf_counter()
-        original: list[Message] = _message_list(body)
+        original: list[Message] = message_list(body)
         if len(original) > self.config.limits.max_messages:
-            _check_messages(original)  # an invalid message is answered first, as for any request
+            check_messages(original)  # an invalid message is answered first, as for any request
             raise PayloadTooLargeError(
                 f"the request has {len(original)} messages; this proxy accepts at most "
                 f"{self.config.limits.max_messages} (limits.max_messages)",

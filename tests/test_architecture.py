@@ -110,7 +110,7 @@ def test_only_the_http_edge_imports_http_libraries(package: str, allowed: set[st
 
 
 def test_config_and_pipeline_know_nothing_of_http() -> None:
-    for module in ("proxy.config", "proxy.identity", "proxy.pipeline"):
+    for module in ("proxy.config", "proxy.identity", "proxy.pipeline", "proxy.request_checks"):
         assert (
             proxy_imports(module) & {"proxy.app", "proxy.upstream", "proxy.cli", "proxy.mock_upstream"}
             == set()
