@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import is_
 from typing import Any
 
 from proxy.config import Config
@@ -86,6 +87,11 @@ def _by_role(messages: Sequence[Message], counts: Sequence[int]) -> dict[str, in
             role = str(role)
         by_role[role] = by_role.get(role, 0) + tokens
     return by_role
+
+
+def _same_messages(a: Sequence[Message], b: Sequence[Message]) -> bool:
+    """The same message objects in the same order (what an unchanged chain hands back)."""
+    return len(a) == len(b) and all(map(is_, a, b))
 
 
 def _side(counter: TokenCounter, messages: Sequence[Message]) -> dict[str, Any]:
@@ -191,7 +197,10 @@ class Pipeline:
         if slot is not None and target is not None and target.cache_control:
             forwarded = slot.apply(forwarded, ctx)
 
-        after = _side(counter, forwarded)
+        if _same_messages(forwarded, original):  # nothing changed: the same figures, counted once
+            after = {**before, "tokens_by_role": dict(before["tokens_by_role"])}
+        else:
+            after = _side(counter, forwarded)
         report = self._report(identity, ctx, before, after, outcomes, chain, failed)
         report["mode"] = mode
         filtered = forwarded
@@ -232,7 +241,7 @@ class Pipeline:
         Only the newest output is checked on the way (one pass); the others only when it is broken,
         so the failure still names the filter and its place in the chain.
         """
-        if not outputs or invariants_hold(outputs[-1]):
+        if not outputs or _same_messages(outputs[-1], original) or invariants_hold(outputs[-1]):
             return None
         baseline = set() if invariants_hold(original) else set(invariant_errors(original))
         for (at, filter_), output in zip(chain, outputs, strict=False):

@@ -13,6 +13,7 @@ from proxy.config import Config, PoliciesConfig, parse_config
 from proxy.errors import FilterError, InvalidRequestError
 from proxy.filters import Filter, FilterContext
 from proxy.filters.observations import LastNObservations
+from proxy.filters.passthrough import Passthrough
 from proxy.filters.token_limiter import TokenLimiter
 from proxy.identity import Identity
 from proxy.messages import Message, NotApplicable, cache_mark_count
@@ -259,6 +260,16 @@ def test_a_role_without_a_chain_is_forwarded_unchanged_but_stripped() -> None:
     outcome = run(make_config(roles={"manager": [Boom()]}), body(), Identity(role="worker"))
     assert outcome.report["chain"] == []
     assert len(outcome.body["messages"]) == 6
+
+
+def test_an_unchanged_chain_reports_the_same_figures_after_as_before_in_their_own_objects() -> None:
+    plain = [system("You are a coding agent."), *exchange(output="setup.py\nsrc/"), user("Now run the tests.")]
+    outcome = run(make_config(roles={"worker": [Passthrough()]}), body(plain))
+    before, after = outcome.report["before"], outcome.report["after"]
+    assert after == before
+    assert after["tokens"] == TOKENS.get(model="gpt-4o").messages(plain)
+    after["tokens_by_role"]["user"] += 1  # a consumer editing one side leaves the other alone
+    assert after["tokens_by_role"] != before["tokens_by_role"]
 
 
 def test_a_budgeted_filter_adds_the_limit_block() -> None:
