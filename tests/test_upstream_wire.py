@@ -1,0 +1,145 @@
+"""What upstreams receive, byte for byte: the request head and body :meth:`Upstreams.open` writes.
+
+Each case goes through a real loopback server that records the raw bytes of every request, so a
+change in header order, casing, framing or encoding shows up here, not at a user's upstream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import pytest
+
+from proxy.config import parse_config
+from proxy.upstream import Body, Upstreams
+from tests.test_transport import answering, ok, scripted
+
+pytestmark = pytest.mark.anyio
+
+CLIENT_HEADERS = [
+    ("host", "proxy.local:8080"),
+    ("content-type", "application/json"),
+    ("content-length", "17"),
+    ("connection", "keep-alive, X-Dropped"),
+    ("x-dropped", "named by connection"),
+    ("keep-alive", "timeout=5"),
+    ("te", "trailers"),
+    ("proxy-authorization", "Basic c2VjcmV0"),
+    ("accept-encoding", "gzip, br"),
+    ("authorization", "Bearer sk-client"),
+    ("X-Agent-Role", "worker"),
+    ("x-tag", "one"),
+    ("x-tag", "two"),
+    ("x-latin", "caf\u00e9"),
+    ("user-agent", "OpenAI/Python 1.0"),
+]
+
+
+async def sent(
+    method: str,
+    path: str,
+    body: Body,
+    *,
+    query: str = "",
+    headers: Sequence[tuple[str, str]] = CLIENT_HEADERS,
+    key: str | None = "sk-upstream",
+    proxy_keys: bool = False,
+) -> bytes:
+    """The raw bytes the upstream received for one request through :meth:`Upstreams.open`."""
+    async with scripted(answering(ok())) as server:
+        upstream: dict[str, Any] = {"base_url": f"{server.url}/v1", "api_key": key}
+        raw: dict[str, Any] = {"upstreams": {"main": upstream}}
+        if proxy_keys:
+            raw["auth"] = {"keys": [{"key": "sk-proxy-0123456789abcdef", "tenant": "t"}]}
+        upstreams = Upstreams(parse_config(raw, env={}))
+        await upstreams.start()
+        try:
+            reply = await upstreams.open(method, path, query=query, headers=headers, names=["main"], body=body)
+            assert await reply.read() == b'{"ok":true}'
+        finally:
+            await upstreams.stop()
+        return server.requests[0].replace(server.url.removeprefix("http://").encode(), b"UPSTREAM")
+
+
+async def test_a_post_carries_the_end_to_end_headers_then_the_upstream_key_and_its_length() -> None:
+    assert await sent("POST", "/chat/completions", b'{"model":"m","x":1}', query="a=1&b=%20x") == (
+        b"POST /v1/chat/completions?a=1&b=%20x HTTP/1.1\r\n"
+        b"Host: UPSTREAM\r\n"
+        b"content-type: application/json\r\n"
+        b"x-agent-role: worker\r\n"
+        b"x-tag: one\r\n"
+        b"x-tag: two\r\n"
+        b"x-latin: caf\xe9\r\n"
+        b"user-agent: OpenAI/Python 1.0\r\n"
+        b"authorization: Bearer sk-upstream\r\n"
+        b"accept-encoding: identity\r\n"
+        b"Content-Length: 19\r\n"
+        b"\r\n"
+        b'{"model":"m","x":1}'
+    )
+
+
+async def test_without_an_upstream_key_the_client_authorization_is_forwarded() -> None:
+    head = await sent("POST", "/chat/completions", b"{}", key=None)
+    assert b"authorization: Bearer sk-client\r\naccept-encoding: identity\r\nContent-Length: 2\r\n\r\n{}" in head
+
+
+async def test_a_client_authorization_holding_a_proxy_key_is_never_forwarded() -> None:
+    head = await sent("POST", "/chat/completions", b"{}", key=None, proxy_keys=True)
+    assert b"authorization" not in head.lower()
+
+
+async def test_a_get_without_a_body_has_no_framing_headers() -> None:
+    assert await sent("GET", "/models", None, headers=[("accept", "*/*")]) == (
+        b"GET /v1/models HTTP/1.1\r\n"
+        b"Host: UPSTREAM\r\n"
+        b"accept: */*\r\n"
+        b"authorization: Bearer sk-upstream\r\n"
+        b"accept-encoding: identity\r\n"
+        b"\r\n"
+    )
+
+
+async def test_an_empty_post_announces_a_zero_length_right_after_the_host() -> None:
+    assert await sent("POST", "/files", b"", headers=[("x-a", "1")]) == (
+        b"POST /v1/files HTTP/1.1\r\n"
+        b"Host: UPSTREAM\r\n"
+        b"Content-Length: 0\r\n"
+        b"x-a: 1\r\n"
+        b"authorization: Bearer sk-upstream\r\n"
+        b"accept-encoding: identity\r\n"
+        b"\r\n"
+    )
+
+
+async def test_a_body_built_per_upstream_is_sent_with_its_length() -> None:
+    async def build(name: str) -> bytes:
+        return f'{{"for":"{name}"}}'.encode()
+
+    head = await sent("POST", "/chat/completions", build, headers=[("x-a", "1")])
+    assert head.endswith(b'Content-Length: 14\r\n\r\n{"for":"main"}')
+
+
+async def test_a_streamed_body_is_sent_chunked_after_the_headers() -> None:
+    async def pieces() -> AsyncIterator[bytes]:
+        for piece in (b'{"a":', b"", b"1}"):
+            await asyncio.sleep(0)
+            yield piece
+
+    assert await sent("PUT", "/files/up", pieces(), headers=[("x-a", "1")]) == (
+        b"PUT /v1/files/up HTTP/1.1\r\n"
+        b"Host: UPSTREAM\r\n"
+        b"x-a: 1\r\n"
+        b"authorization: Bearer sk-upstream\r\n"
+        b"accept-encoding: identity\r\n"
+        b"Transfer-Encoding: chunked\r\n"
+        b"\r\n"
+        b'{"a":1}'  # the test server strips the chunk framing
+    )
+
+
+async def test_paths_and_queries_are_sent_percent_encoded() -> None:
+    head = await sent("GET", "/files/a b/\u00e9", None, query="q=a b&r=\u00e9", headers=[])
+    assert head.startswith(b"GET /v1/files/a%20b/%C3%A9?q=a%20b&r=%C3%A9 HTTP/1.1\r\nHost: UPSTREAM\r\n")
