@@ -60,3 +60,57 @@ def request_headers(
 def response_headers(headers: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
     """End-to-end upstream response headers to return (Content-Encoding kept: the bytes are raw)."""
     return _end_to_end(headers, NOT_RETURNED)
+
+
+FORWARD_DROPPED = HOP_BY_HOP | NOT_FORWARDED
+IDENTITY_ENCODING = (b"accept-encoding", b"identity")
+
+
+def upstream_authorization(upstream: UpstreamConfig) -> tuple[bytes, bytes] | None:
+    """The Authorization header carrying the upstream's own key, as sent (None without a key)."""
+    key = upstream.key
+    return None if key is None else (b"authorization", f"Bearer {key}".encode("latin-1", "replace"))
+
+
+def wire_request_headers(
+    client_headers: Sequence[tuple[str, str]],
+    authorization: tuple[bytes, bytes] | None,
+    *,
+    client_auth_is_proxy_key: bool,
+) -> list[tuple[bytes, bytes]]:
+    """:func:`request_headers` in one pass, as latin-1 bytes (the server decoded them as latin-1):
+    ``authorization`` is :func:`upstream_authorization` of the upstream, computed once per config."""
+    kept: list[tuple[str, str]] = []
+    client_auth: list[str] = []
+    named: set[str] | None = None
+    for name, value in client_headers:
+        lower = name.lower()
+        if lower in FORWARD_DROPPED or lower.startswith("proxy-"):
+            if lower == "connection":
+                named = (named or set()) | {token.strip().lower() for token in value.split(",")}
+            elif lower == "authorization":
+                client_auth.append(value)
+            continue
+        kept.append((lower, value))
+    out = [
+        (name.encode("latin-1"), value.encode("latin-1", "replace"))
+        for name, value in kept
+        if named is None or name not in named
+    ]
+    if authorization is not None:
+        out.append(authorization)
+    elif not client_auth_is_proxy_key:
+        out += [(b"authorization", value.encode("latin-1", "replace")) for value in client_auth]
+    out.append(IDENTITY_ENCODING)
+    return out
+
+
+def decode_headers(raw: Sequence[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
+    """Raw answer headers as text, names lowercased, decoded as httpx does: ASCII, else UTF-8, else
+    Latin-1, one encoding chosen for all of them."""
+    for encoding in ("ascii", "utf-8"):
+        try:
+            return [(name.lower().decode(encoding), value.decode(encoding)) for name, value in raw]
+        except UnicodeDecodeError:
+            pass
+    return [(name.lower().decode("latin-1"), value.decode("latin-1")) for name, value in raw]

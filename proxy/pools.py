@@ -14,7 +14,7 @@ from http.cookiejar import CookieJar, DefaultCookiePolicy
 
 import httpx
 
-from proxy.transport import LeanTransport
+from proxy.transport import Address, Answer, Content, LeanTransport, ResponseAnswer, Timeouts
 
 KEEPALIVE_S = 30.0
 
@@ -40,8 +40,9 @@ class ClientPool:
         self._transport: LeanTransport | None = None
         self._sweeper: asyncio.Task[None] | None = None
 
-    def open(self, timeout: httpx.Timeout) -> None:
-        """Open the client (with ``timeout`` as its default) and start the sweeper."""
+    def open(self, timeouts: Timeouts) -> None:
+        """Open the client (with ``timeouts`` as its default) and start the sweeper."""
+        timeout = _httpx_timeout(timeouts)
         ssl_context = httpx.create_ssl_context()
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=256, keepalive_expiry=KEEPALIVE_S)
         if not urllib.request.getproxies():
@@ -81,6 +82,21 @@ class ClientPool:
             return await self._transport.handle_async_request(request)
         return await self._client.send(request, stream=True)
 
+    async def exchange(
+        self, address: Address, method: str, headers: list[tuple[bytes, bytes]], body: Content, timeouts: Timeouts
+    ) -> Answer:
+        """Send one request (``headers`` end-to-end, as bytes); the answer's body is still to be read.
+
+        Through the lean transport's own door (:meth:`LeanTransport.exchange`: no httpx objects per
+        request); ``HEAD`` and requests through an HTTP proxy named by the environment go as an
+        httpx request, as :meth:`send` sends it.
+        """
+        if self._transport is not None and method != "HEAD":
+            return await self._transport.exchange(address, method, headers, body, timeouts)
+        extensions = {"timeout": _httpx_timeout(timeouts).as_dict()}
+        request = httpx.Request(method, address.url, headers=headers, content=body, extensions=extensions)
+        return ResponseAnswer(await self.send(request))
+
     def next(self) -> httpx.AsyncClient:
         """The shared client."""
         if self._client is None:
@@ -95,3 +111,7 @@ class ClientPool:
         client, self._client, self._transport = self._client, None, None
         if client is not None:
             await client.aclose()
+
+
+def _httpx_timeout(timeouts: Timeouts) -> httpx.Timeout:
+    return httpx.Timeout(connect=timeouts.connect, read=timeouts.read, write=timeouts.write, pool=timeouts.connect)

@@ -37,10 +37,11 @@ import httpx
 
 from proxy.config import Config
 from proxy.errors import InvalidRequestError, ProxyError, UpstreamTimeoutError, UpstreamUnavailableError
-from proxy.headers import request_headers, response_headers
+from proxy.headers import decode_headers, response_headers, upstream_authorization, wire_request_headers
 from proxy.messages import Message, strip_annotations
 from proxy.mock_server import MockUpstreamServer
 from proxy.pools import ClientPool
+from proxy.transport import Address, Answer, LeanAnswer, Timeouts
 
 log = logging.getLogger("history_proxy.upstream")
 
@@ -84,7 +85,8 @@ class UpstreamReply:
     """An upstream answer whose headers arrived; the body is still to be read or streamed."""
 
     upstream: str
-    response: httpx.Response
+    response: Answer
+    """The answer as the transport handed it over (status, raw headers, raw body)."""
     attempts: int
     wait_ms: float
     """Time spent waiting for upstreams (sends and backoff), excluded from the proxy overhead."""
@@ -94,6 +96,7 @@ class UpstreamReply:
     """Set when the whole body was relayed."""
     first_byte_at: float | None = field(default=None, init=False)
     """When :meth:`stream` received the first piece of the body (``time.perf_counter``)."""
+    _decoded: list[tuple[str, str]] | None = field(default=None, init=False, repr=False)
 
     @property
     def status_code(self) -> int:
@@ -103,35 +106,39 @@ class UpstreamReply:
     def ok(self) -> bool:
         return 200 <= self.response.status_code < 300
 
+    def _header(self, name: str) -> str:
+        """The value of header ``name`` (repeats joined with ``", "``, as httpx does; empty when absent)."""
+        if self._decoded is None:
+            self._decoded = decode_headers(self.response.raw_headers)
+        return ", ".join([value for key, value in self._decoded if key == name])
+
     @property
     def is_sse(self) -> bool:
-        return str(self.response.headers.get("content-type", "")).startswith("text/event-stream")
+        return self._header("content-type").startswith("text/event-stream")
 
     @property
     def is_whole_json(self) -> bool:
         """A JSON answer of a declared length up to ``WHOLE_ANSWER_BYTES``: read at once, not relayed
         piece by piece (a chunked JSON answer may be slow or long, and is relayed as it arrives)."""
-        headers = self.response.headers
-        length = headers.get("content-length", "")
-        return (
-            length.isdigit()
-            and int(length) <= WHOLE_ANSWER_BYTES
-            and "json" in headers.get("content-type", "").lower()
-        )
+        length, kind = self._header("content-length"), self._header("content-type")
+        return length.isdigit() and int(length) <= WHOLE_ANSWER_BYTES and "json" in kind.lower()
 
     @property
     def headers(self) -> list[tuple[str, str]]:
         """End-to-end response headers (hop-by-hop, Content-Length, Date and Server dropped)."""
-        return response_headers(self.response.headers.multi_items())
+        if self._decoded is None:
+            self._decoded = decode_headers(self.response.raw_headers)
+        return response_headers(self._decoded)
 
     async def read(self) -> bytes:
         """The whole raw body (error and non-streamed answers, passed through verbatim)."""
         pieces: list[bytes] = []
+        answer = self.response
         try:
-            async for chunk in self.response.aiter_raw():
+            while (piece := await answer.next_piece()) is not None:
                 if self.first_byte_at is None:
                     self.first_byte_at = time.perf_counter()
-                pieces.append(chunk)
+                pieces.append(piece)
             self.complete = True
             return pieces[0] if len(pieces) == 1 else b"".join(pieces)
         except httpx.HTTPError as exc:
@@ -141,11 +148,12 @@ class UpstreamReply:
 
     async def stream(self) -> AsyncIterator[bytes]:
         """The raw body as it arrives; a failure after the first byte ends it as the docstring above says."""
+        answer = self.response
         try:
-            async for chunk in self.response.aiter_raw():
+            while (piece := await answer.next_piece()) is not None:
                 if self.first_byte_at is None:
                     self.first_byte_at = time.perf_counter()
-                yield chunk
+                yield piece
             self.complete = True
         except httpx.HTTPError as exc:
             self.broken = True
@@ -158,6 +166,9 @@ class UpstreamReply:
 
     async def aclose(self) -> None:
         """Release the upstream connection (idempotent; completes even while being cancelled)."""
+        if isinstance(self.response, LeanAnswer):
+            self.response.release()  # no wait in it: nothing for a cancellation to interrupt
+            return
         with anyio.CancelScope(shield=True):
             await self.response.aclose()
 
@@ -182,12 +193,13 @@ class Upstreams:
         self.backoff_s = backoff_s
         self.max_retry_wait_s = max_retry_wait_s
         self._pool = ClientPool()
-        self._urls: dict[str, httpx.URL] = {}
+        self._addresses: dict[tuple[str, str, str], Address] = {}
         self._mock: MockUpstreamServer | None = None
+        self._prepared: _Prepared | None = None
 
     async def start(self) -> None:
         """Open the client pool, and the built-in mock when an upstream is served by it."""
-        self._pool.open(self._timeout())
+        self._pool.open(self._prepare().timeouts)
         if any(u.is_mock for u in self.config.upstreams.values()):
             self._mock = MockUpstreamServer()
             await self._mock.start()
@@ -223,28 +235,46 @@ class Upstreams:
         ``.``/``..`` segments (which would climb out of the base path) is refused with a 400.
         """
         if not path.startswith("/") or _DOT_SEGMENT.search(urllib.parse.unquote(path)):
-            raise InvalidRequestError(
-                "the request path must be absolute and without '.' or '..' segments", code="invalid_path"
-            )
-        upstream = self.config.upstreams[name]
-        if upstream.is_mock:
-            if self._mock is None:
-                raise UpstreamUnavailableError(
-                    f"upstream {name!r} is the built-in mock, which is not running"
-                )
-            base = self._mock.base_url
-        else:
-            base = upstream.base_url
-        return f"{base}{path}" + (f"?{query}" if query else "")
+            message = "the request path must be absolute and without '.' or '..' segments"
+            raise InvalidRequestError(message, code="invalid_path")
+        return f"{self._base(name)}{path}" + (f"?{query}" if query else "")
 
-    def _parsed_url(self, url: str) -> httpx.URL:
-        """``url`` parsed once: httpx's parser costs more than a request's whole send."""
-        parsed = self._urls.get(url)
-        if parsed is None:
-            if len(self._urls) >= PARSED_URLS:  # arbitrary forwarded paths must not grow it forever
-                self._urls.clear()
-            parsed = self._urls[url] = httpx.URL(url)
-        return parsed
+    def _base(self, name: str) -> str:
+        base = self._prepare().bases[name]
+        if base is None:
+            if self._mock is None:
+                raise UpstreamUnavailableError(f"upstream {name!r} is the built-in mock, which is not running")
+            return self._mock.base_url
+        return base
+
+    def _address(self, name: str, path: str, query: str) -> Address:
+        """Where :meth:`url` points, parsed once (httpx's parser costs more than a request's whole send)."""
+        key = (self._base(name), path, query)
+        address = self._addresses.get(key)
+        if address is None:
+            url = self.url(name, path, query)  # refuses paths climbing out of the base path
+            try:
+                parsed = httpx.URL(url)
+            except httpx.InvalidURL:
+                message = "the request path or query cannot be forwarded"
+                raise InvalidRequestError(message, code="invalid_path") from None
+            if len(self._addresses) >= PARSED_URLS:  # arbitrary forwarded paths must not grow it forever
+                self._addresses.clear()
+            address = self._addresses[key] = Address.of(parsed)
+        return address
+
+    def _prepare(self) -> _Prepared:
+        """This config's per-upstream pieces, computed once per config (views share the rest)."""
+        prepared = self._prepared
+        if prepared is None or prepared.config is not self.config:
+            limits, upstreams = self.config.limits, self.config.upstreams.items()
+            prepared = self._prepared = _Prepared(
+                self.config,
+                Timeouts(limits.connect_timeout_s, limits.read_timeout_s, limits.read_timeout_s),
+                {name: None if upstream.is_mock else upstream.base_url for name, upstream in upstreams},
+                {name: upstream_authorization(upstream) for name, upstream in upstreams},
+            )
+        return prepared
 
     async def open(
         self,
@@ -264,6 +294,7 @@ class Upstreams:
         replayable = not isinstance(body, AsyncIterable)
         candidates = list(names) if replayable else list(names[:1])
         proxy_keys = bool(self.config.auth.keys)
+        prepared = self._prepare()
         waited = 0.0
         attempts = 0
         failure: ProxyError | None = None
@@ -271,27 +302,13 @@ class Upstreams:
             upstream = self.config.upstreams[name]
             tries = upstream.retries + 1 if replayable else 1
             content = await body(name) if callable(body) else body
-            outgoing = [  # as bytes: the server decoded them as latin-1, and httpx would encode str as ASCII
-                (name.encode("latin-1"), value.encode("latin-1", "replace"))
-                for name, value in request_headers(headers, upstream, client_auth_is_proxy_key=proxy_keys)
-            ]
+            outgoing = wire_request_headers(headers, prepared.authorizations[name], client_auth_is_proxy_key=proxy_keys)
             for attempt in range(tries):
-                try:
-                    request = httpx.Request(
-                        method,
-                        self._parsed_url(self.url(name, path, query)),
-                        headers=outgoing,
-                        content=content,
-                        extensions={"timeout": self._timeout().as_dict()},
-                    )
-                except httpx.InvalidURL:
-                    raise InvalidRequestError(
-                        "the request path or query cannot be forwarded", code="invalid_path"
-                    ) from None
+                address = self._address(name, path, query)
                 attempts += 1
                 started = time.perf_counter()
                 try:
-                    response = await self._pool.send(request)
+                    answer = await self._pool.exchange(address, method, outgoing, content, prepared.timeouts)
                 except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                     # nothing reached the upstream: safe to try again
                     waited += time.perf_counter() - started
@@ -302,32 +319,22 @@ class Upstreams:
                     raise _transport_error(name, exc) from None
                 else:
                     waited += time.perf_counter() - started
-                    retryable = response.status_code in RETRY_STATUSES
+                    retryable = answer.status_code in RETRY_STATUSES
                     delay = (
-                        self._retry_wait(response.headers, attempt)
+                        self._retry_wait(httpx.Headers(answer.raw_headers), attempt)
                         if retryable and attempt < tries - 1
                         else None
                     )
                     if not retryable or (delay is None and index == len(candidates) - 1):
-                        return UpstreamReply(name, response, attempts, waited * 1000)
-                    await response.aclose()
-                    log.info("upstream %s answered %d (attempt %d)", name, response.status_code, attempt + 1)
+                        return UpstreamReply(name, answer, attempts, waited * 1000)
+                    await answer.aclose()
+                    log.info("upstream %s answered %d (attempt %d)", name, answer.status_code, attempt + 1)
                 if delay is None:
                     break
                 await asyncio.sleep(delay)
                 waited += delay
         # the last upstream either answered (returned above) or could not be reached
         raise failure or UpstreamUnavailableError("no upstream could be reached")
-
-    def _timeout(self) -> httpx.Timeout:
-        """This config's timeouts (per request, so a reloaded config's limits apply at once)."""
-        limits = self.config.limits
-        return httpx.Timeout(
-            connect=limits.connect_timeout_s,
-            read=limits.read_timeout_s,
-            write=limits.read_timeout_s,
-            pool=limits.connect_timeout_s,
-        )
 
     def _backoff(self, attempt: int) -> float:
         return float(min(self.backoff_s * 2**attempt, self.max_retry_wait_s) * random.uniform(0.5, 1.0))
@@ -365,13 +372,23 @@ class Upstreams:
         except httpx.HTTPError as exc:
             raise _transport_error(name, exc) from None
         if response.status_code != 200:
-            raise UpstreamUnavailableError(
-                f"summary call to upstream {name!r} answered {response.status_code}"
-            )
+            raise UpstreamUnavailableError(f"summary call to upstream {name!r} answered {response.status_code}")
         content = _first_choice_text(response.json())
         if not content:
             raise UpstreamUnavailableError(f"summary call to upstream {name!r} returned no text")
         return content
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """What :meth:`Upstreams.open` needs of a config, computed once per config, not per request."""
+
+    config: Config
+    timeouts: Timeouts
+    bases: dict[str, str | None]
+    """Each upstream's base URL (None: the built-in mock's, known once it runs)."""
+    authorizations: dict[str, tuple[bytes, bytes] | None]
+    """Each upstream's own Authorization header, as sent (None: the client's may be forwarded)."""
 
 
 def _first_choice_text(answer: Any) -> str:

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from proxy.pools import ClientPool
-from proxy.transport import LeanTransport
+from proxy.transport import LeanTransport, Timeouts
 from tests.upstream_respx import PROXY_VARIABLES
 
 pytestmark = pytest.mark.anyio
@@ -306,7 +306,7 @@ async def test_an_http_proxy_named_in_the_environment_is_used(monkeypatch: pytes
             monkeypatch.delenv(name, raising=False)
         monkeypatch.setenv("HTTP_PROXY", proxy_server.url)
         pool = ClientPool()
-        pool.open(httpx.Timeout(5))
+        pool.open(Timeouts(5, 5, 5))
         try:
             answer = await pool.send(httpx.Request("GET", "http://upstream.invalid/v1/models"))
             assert await answer.aread() == b"via the proxy"
@@ -323,7 +323,7 @@ async def test_without_a_proxy_in_the_environment_requests_go_straight_to_the_up
         monkeypatch.delenv(name, raising=False)
     async with scripted(answering(ok(b"direct"))) as server:
         pool = ClientPool()
-        pool.open(httpx.Timeout(5))
+        pool.open(Timeouts(5, 5, 5))
         try:
             answer = await pool.send(httpx.Request("GET", f"{server.url}/v1/models"))
             assert await answer.aread() == b"direct"

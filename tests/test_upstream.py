@@ -14,7 +14,8 @@ import respx
 
 from proxy.config import Config, parse_config
 from proxy.errors import UpstreamTimeoutError, UpstreamUnavailableError
-from proxy.upstream import Upstreams, request_headers, response_headers, retry_after_s
+from proxy.headers import request_headers
+from proxy.upstream import Upstreams, response_headers, retry_after_s
 
 pytestmark = pytest.mark.anyio
 

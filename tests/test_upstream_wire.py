@@ -11,10 +11,15 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from proxy.config import parse_config
+from proxy.config import UpstreamConfig, parse_config
+from proxy.errors import UpstreamUnavailableError
+from proxy.headers import request_headers, upstream_authorization, wire_request_headers
 from proxy.upstream import Body, Upstreams
 from tests.test_transport import answering, ok, scripted
+from tests.upstream_respx import PROXY_VARIABLES
 
 pytestmark = pytest.mark.anyio
 
@@ -57,7 +62,7 @@ async def sent(
         await upstreams.start()
         try:
             reply = await upstreams.open(method, path, query=query, headers=headers, names=["main"], body=body)
-            assert await reply.read() == b'{"ok":true}'
+            assert await reply.read() == (b"" if method == "HEAD" else b'{"ok":true}')
         finally:
             await upstreams.stop()
         return server.requests[0].replace(server.url.removeprefix("http://").encode(), b"UPSTREAM")
@@ -143,3 +148,106 @@ async def test_a_streamed_body_is_sent_chunked_after_the_headers() -> None:
 async def test_paths_and_queries_are_sent_percent_encoded() -> None:
     head = await sent("GET", "/files/a b/\u00e9", None, query="q=a b&r=\u00e9", headers=[])
     assert head.startswith(b"GET /v1/files/a%20b/%C3%A9?q=a%20b&r=%C3%A9 HTTP/1.1\r\nHost: UPSTREAM\r\n")
+
+
+async def test_a_head_request_goes_out_with_the_same_headers_through_httpx_own_transport() -> None:
+    head = await sent("HEAD", "/models", None, headers=[("x-a", "1")])
+    assert head.startswith(b"HEAD /v1/models HTTP/1.1\r\nHost: UPSTREAM\r\n")
+    assert b"x-a: 1\r\nauthorization: Bearer sk-upstream\r\naccept-encoding: identity\r\n" in head
+
+
+async def test_an_http_proxy_named_in_the_environment_gets_the_request_in_absolute_form(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("NO_PROXY", "no_proxy", *PROXY_VARIABLES):
+        monkeypatch.delenv(name, raising=False)
+    async with scripted(answering(ok(b"via the proxy"))) as proxy_server:
+        monkeypatch.setenv("HTTP_PROXY", proxy_server.url)
+        config = parse_config({"upstreams": {"main": {"base_url": "http://upstream.invalid/v1"}}}, env={})
+        upstreams = Upstreams(config)
+        await upstreams.start()
+        try:
+            reply = await upstreams.open("POST", "/x", query="", headers=[("x-a", "1")], names=["main"], body=b"{}")
+            assert (reply.status_code, await reply.read()) == (200, b"via the proxy")
+        finally:
+            await upstreams.stop()
+    sent_head = proxy_server.requests[0]
+    assert sent_head.startswith(b"POST http://upstream.invalid/v1/x HTTP/1.1\r\n")
+    assert b"x-a: 1\r\naccept-encoding: identity\r\nContent-Length: 2\r\n" in sent_head
+
+
+async def test_a_client_header_holding_a_line_break_is_a_502_and_nothing_is_sent() -> None:
+    async with scripted(answering(ok())) as server:
+        config = parse_config({"upstreams": {"main": {"base_url": f"{server.url}/v1"}}}, env={})
+        upstreams = Upstreams(config)
+        await upstreams.start()
+        try:
+            with pytest.raises(UpstreamUnavailableError):
+                headers = [("x-note", "a\r\nx-injected: 1")]
+                await upstreams.open("POST", "/x", query="", headers=headers, names=["main"], body=b"{}")
+        finally:
+            await upstreams.stop()
+        assert server.requests == []
+
+
+async def test_a_kept_connection_the_upstream_closed_meanwhile_is_replaced_once_without_an_error() -> None:
+    async with scripted(answering(ok(), keep=False)) as server:
+        config = parse_config({"upstreams": {"main": {"base_url": f"{server.url}/v1", "retries": 0}}}, env={})
+        upstreams = Upstreams(config)
+        await upstreams.start()
+        try:
+            for _ in range(3):
+                reply = await upstreams.open("POST", "/x", query="", headers=[], names=["main"], body=b"{}")
+                assert (reply.status_code, reply.attempts, await reply.read()) == (200, 1, b'{"ok":true}')
+                await asyncio.sleep(0.05)  # the server has closed the kept connection without saying so
+        finally:
+            await upstreams.stop()
+        assert (server.connections, len(server.requests)) == (3, 3)
+
+
+async def test_answer_headers_are_decoded_as_httpx_does_and_repeats_are_joined() -> None:
+    answer = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\ncontent-type: charset=utf-8\r\n"
+        b"X-Name: caf\xc3\xa9\r\nConnection: x-hop\r\nx-hop: 1\r\ncontent-length: 2\r\n\r\n{}"
+    )
+    async with scripted(answering(answer)) as server:
+        config = parse_config({"upstreams": {"main": {"base_url": f"{server.url}/v1"}}}, env={})
+        upstreams = Upstreams(config)
+        await upstreams.start()
+        try:
+            reply = await upstreams.open("GET", "/x", query="", headers=[], names=["main"], body=None)
+            assert (reply.is_whole_json, reply.is_sse) == (True, False)
+            assert reply.headers == [
+                ("content-type", "application/json"),
+                ("content-type", "charset=utf-8"),
+                ("x-name", "caf\u00e9"),
+            ]
+            assert await reply.read() == b"{}"
+        finally:
+            await upstreams.stop()
+
+
+NAMES = st.sampled_from(
+    ["Connection", "connection", "keep-alive", "x-a", "X-B", "authorization", "Authorization", "proxy-x", "te",
+     "host", "content-length", "accept-encoding", "transfer-encoding", "upgrade", "x-tag"]
+)
+VALUES = st.text(st.characters(min_codepoint=32, max_codepoint=255), max_size=12) | st.sampled_from(
+    ["x-a, X-B", " x-tag ,keep-alive", "Authorization", "close"]
+)
+
+
+@given(
+    headers=st.lists(st.tuples(NAMES, VALUES), max_size=10),
+    key=st.sampled_from([None, "sk-upstream", "sk-\u20ac"]),
+    proxy_key=st.booleans(),
+)
+def test_the_one_pass_hygiene_forwards_exactly_what_the_reference_rules_do(
+    headers: list[tuple[str, str]], key: str | None, proxy_key: bool
+) -> None:
+    upstream = UpstreamConfig(base_url="http://upstream.test/v1", api_key=key)
+    reference = [
+        (name.encode("latin-1"), value.encode("latin-1", "replace"))
+        for name, value in request_headers(headers, upstream, client_auth_is_proxy_key=proxy_key)
+    ]
+    one_pass = wire_request_headers(headers, upstream_authorization(upstream), client_auth_is_proxy_key=proxy_key)
+    assert one_pass == reference
