@@ -18,6 +18,7 @@ import logging
 import os
 import time
 import uuid
+from typing import Generic, TypeVar
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -46,6 +47,32 @@ OVERHEAD_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 
 FILTER_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
 UPSTREAM_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0, 600.0)
 MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
+CHILDREN_KEPT = 1024
+"""Label sets :class:`Children` remembers per collector (the labels are bounded; this is a backstop)."""
+
+Collector = TypeVar("Collector", Counter, Histogram)
+
+
+class Children(Generic[Collector]):
+    """A collector's child per label values, found by a dict lookup instead of ``labels()`` each time.
+
+    The children are prometheus-client's own (it keeps every one it makes), so values and exposition
+    are those of ``collector.labels(...)``, multiprocess mode included.
+    """
+
+    __slots__ = ("_known", "collector")
+
+    def __init__(self, collector: Collector) -> None:
+        self.collector: Collector = collector
+        self._known: dict[tuple[str, ...], Collector] = {}
+
+    def __call__(self, *values: str) -> Collector:
+        child = self._known.get(values)
+        if child is None:
+            child = self.collector.labels(*values)
+            if len(self._known) < CHILDREN_KEPT:
+                self._known[values] = child
+        return child
 
 
 class Metrics:
@@ -89,6 +116,16 @@ class Metrics:
         )
         self._add_summary_collectors()
         self._add_report_collectors(config)
+        self._requests = Children(self.requests)
+        self._tokens_before = Children(self.tokens_before)
+        self._tokens_after = Children(self.tokens_after)
+        self._filter_failures = Children(self.filter_failures)
+        self._filter_tokens_removed = Children(self.filter_tokens_removed)
+        self._filter_tokens_added = Children(self.filter_tokens_added)
+        self._filter_seconds = Children(self.filter_seconds)
+        self._shadow_requests = Children(self.shadow_requests)
+        self._upstream_seconds = Children(self.upstream_seconds)
+        self._upstream_first_byte = Children(self.upstream_first_byte)
 
     def _add_summary_collectors(self) -> None:
         self.summary_hits = Counter(
@@ -170,29 +207,27 @@ class Metrics:
             exchange.streaming = True
             self.streams_in_flight.inc()
 
-    def _observe_report(self, exchange: Exchange) -> None:
+    def _observe_report(self, exchange: Exchange, role: str, upstream: str) -> None:
         """Per-filter tokens and time, shadow runs, upstream timings and the end of a stream."""
         if exchange.streaming:
             self.streams_in_flight.dec()
-        upstream = self.upstream_label(exchange.upstream)
         if (seconds := exchange.upstream_ms()) is not None:
-            self.upstream_seconds.labels(upstream).observe(seconds / 1000)
+            self._upstream_seconds(upstream).observe(seconds / 1000)
         if (seconds := exchange.first_byte_ms()) is not None:
-            self.upstream_first_byte.labels(upstream).observe(max(0.0, seconds / 1000))
+            self._upstream_first_byte(upstream).observe(max(0.0, seconds / 1000))
         result = exchange.result
         if result is None or exchange.upstream is None:  # previews are not traffic
             return
-        role = self.role_label(exchange.identity.role if exchange.identity else None)
         if result.mode == "shadow":
-            self.shadow_requests.labels(role).inc()
-        for outcome in result.report.get("filters", []):
+            self._shadow_requests(role).inc()
+        for outcome in result.report.get("filters", ()):
             kind = self.filter_label(outcome["type"])
             removed = outcome["tokens_removed"]
             if removed > 0:
-                self.filter_tokens_removed.labels(kind, role).inc(removed)
+                self._filter_tokens_removed(kind, role).inc(removed)
             elif removed < 0:
-                self.filter_tokens_added.labels(kind, role).inc(-removed)
-            self.filter_seconds.labels(kind).observe(outcome["ms"] / 1000)
+                self._filter_tokens_added(kind, role).inc(-removed)
+            self._filter_seconds(kind).observe(outcome["ms"] / 1000)
 
     def role_label(self, role: str | None) -> str:
         """``role`` if the config names it, else ``other`` (``none`` when unknown)."""
@@ -218,16 +253,16 @@ class Metrics:
 
     def observe_request(self, *, role: str | None, upstream: str | None, status: int) -> None:
         """Count one answered request."""
-        self.requests.labels(self.role_label(role), self.upstream_label(upstream), str(status)).inc()
+        self._requests(self.role_label(role), self.upstream_label(upstream), str(status)).inc()
 
     def observe_tokens(self, *, role: str | None, before: int, after: int) -> None:
         """Record one chat completion's prompt tokens before and after its chain."""
         label = self.role_label(role)
-        self.tokens_before.labels(label).observe(before)
-        self.tokens_after.labels(label).observe(after)
+        self._tokens_before(label).observe(before)
+        self._tokens_after(label).observe(after)
 
     def observe_filter_failure(self, filter_type: str) -> None:
-        self.filter_failures.labels(self.filter_label(filter_type)).inc()
+        self._filter_failures(self.filter_label(filter_type)).inc()
 
     def observe_overhead(self, seconds: float) -> None:
         self.overhead.observe(max(0.0, seconds))
@@ -239,17 +274,18 @@ class Metrics:
         exchange.finished = True
         if status is not None:
             exchange.status = status
-        role = exchange.identity.role if exchange.identity else None
-        self.observe_request(role=role, upstream=exchange.upstream, status=exchange.status)
-        if exchange.result is not None and exchange.upstream is not None:  # previews are not traffic
-            self.observe_tokens(
-                role=role, before=exchange.result.tokens_before, after=exchange.result.tokens_after
-            )
-            if exchange.result.failed_filter:
-                self.observe_filter_failure(exchange.result.failed_filter.partition("@")[0])
+        role = self.role_label(exchange.identity.role if exchange.identity else None)
+        upstream = self.upstream_label(exchange.upstream)
+        self._requests(role, upstream, str(exchange.status)).inc()
+        result = exchange.result
+        if result is not None and exchange.upstream is not None:  # previews are not traffic
+            self._tokens_before(role).observe(result.tokens_before)
+            self._tokens_after(role).observe(result.tokens_after)
+            if result.failed_filter:
+                self.observe_filter_failure(result.failed_filter.partition("@")[0])
         if exchange.overhead_ms is not None:
             self.observe_overhead(exchange.overhead_ms / 1000)
-        self._observe_report(exchange)
+        self._observe_report(exchange, role, upstream)
         if access_log.isEnabledFor(logging.INFO):  # no fields (or redacted body) for a line nobody sees
             fields = exchange.fields(self._secrets)
             access_log.info(JsonMessage(fields), extra={"access": fields})

@@ -21,6 +21,7 @@ import pytest
 import respx
 from prometheus_client.parser import text_string_to_metric_families
 
+from proxy import metrics
 from proxy.app import create_app
 from proxy.config import Config, parse_config
 from proxy.filters.base import FilterContext
@@ -134,6 +135,27 @@ async def test_known_traffic_is_counted_by_role_upstream_and_status(mocked: resp
     assert label_values(scrape, "role") <= {"worker", "manager", "default", "summarizer", "other", "none"}
     for unbounded in ("made-up-role", "coder-1", "gpt-4o"):
         assert unbounded not in text
+
+
+async def test_counts_stay_right_past_the_number_of_label_sets_remembered(
+    mocked: respx.MockRouter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(metrics, "CHILDREN_KEPT", 1)
+    mocked.post(f"{MAIN}/chat/completions").mock(return_value=httpx.Response(200, json=COMPLETION))
+    body = {"model": "gpt-4o", "messages": worker_conversation()}
+    async with serve(make_config()) as client:
+        for _ in range(3):
+            for role in ("worker", "manager"):
+                await client.post("/v1/chat/completions", json=body, headers={"x-agent-role": role})
+            await client.post("/v1/chat/completions", content=b"{not json", headers={"x-agent-role": "worker"})
+        scrape = samples((await client.get("/metrics")).text)
+    requests = "history_proxy_requests_total"
+    assert value(scrape, requests, role="worker", upstream="main", status="200") == 3
+    assert value(scrape, requests, role="manager", upstream="main", status="200") == 3
+    assert value(scrape, requests, role="worker", upstream="none", status="400") == 3
+    assert value(scrape, "history_proxy_tokens_before_count", role="manager") == 3
+    assert value(scrape, "history_proxy_filter_seconds_count", filter="tool_result_truncation") == 3
+    assert value(scrape, "history_proxy_upstream_seconds_count", upstream="main") == 6
 
 
 async def test_tokens_before_and_after_and_removed_per_filter_match_the_chain(
