@@ -30,7 +30,25 @@ def request_id_for(headers: Mapping[str, str]) -> str:
     return given if _SANE_REQUEST_ID.match(given) else uuid.uuid4().hex
 
 
-_FILTER_FIELDS = ("type", "at", "tokens_removed", "messages_removed", "ms")
+_EMPTY: dict[str, Any] = {}
+_NO_RESULT: dict[str, Any] = dict.fromkeys(
+    (
+        "mode",
+        "attempts",
+        "messages_before",
+        "messages_after",
+        "tokens_before",
+        "tokens_after",
+        "tokens_by_role_before",
+        "tokens_by_role_after",
+        "filters",
+        "limit",
+        "failed_filter",
+        "notes",
+        "broken",
+    )
+)
+"""The access fields of an exchange without a chain result, in line order (attempts and broken set after)."""
 
 
 def _rounded(ms: float | None) -> float | None:
@@ -81,8 +99,6 @@ class Exchange:
         """The access line: who, where, what the chain did, timings; the body only if kept, redacted."""
         who = self.identity
         result = self.result
-        report = result.report if result else {}
-        forwarded = report.get("forwarded")
         fields: dict[str, Any] = {
             "request_id": self.request_id,
             "method": self.method,
@@ -94,31 +110,43 @@ class Exchange:
             "upstream": self.upstream,
             "status": self.status,
             "stream": self.stream,
-            "mode": result.mode if result else None,
-            "attempts": self.attempts,
-            "messages_before": result.messages_before if result else None,
-            "messages_after": result.messages_after if result else None,
-            "tokens_before": result.tokens_before if result else None,
-            "tokens_after": result.tokens_after if result else None,
         }
-        if forwarded is not None:  # shadow mode: "after" is what the chain would have sent
-            fields["messages_forwarded"] = forwarded["messages"]
-            fields["tokens_forwarded"] = forwarded["tokens"]
-        fields.update(
-            tokens_by_role_before=report.get("before", {}).get("tokens_by_role"),
-            tokens_by_role_after=report.get("after", {}).get("tokens_by_role"),
-            filters=[{k: f[k] for k in _FILTER_FIELDS} for f in report.get("filters", [])]
-            if result
-            else None,
-            limit=report.get("limit"),
-            failed_filter=result.failed_filter if result else None,
-            notes=report.get("notes"),
-            broken=self.broken,
-            overhead_ms=_rounded(self.overhead_ms),
-            first_byte_ms=_rounded(self.first_byte_ms()),
-            upstream_ms=_rounded(self.upstream_ms()),
-            total_ms=_rounded(self.elapsed_ms()),
-        )
+        if result is None:
+            fields.update(_NO_RESULT, attempts=self.attempts, broken=self.broken)
+        else:
+            report = result.report
+            fields["mode"] = result.mode
+            fields["attempts"] = self.attempts
+            fields["messages_before"] = result.messages_before
+            fields["messages_after"] = result.messages_after
+            fields["tokens_before"] = result.tokens_before
+            fields["tokens_after"] = result.tokens_after
+            forwarded = report.get("forwarded")
+            if forwarded is not None:  # shadow mode: "after" is what the chain would have sent
+                fields["messages_forwarded"] = forwarded["messages"]
+                fields["tokens_forwarded"] = forwarded["tokens"]
+            fields["tokens_by_role_before"] = report.get("before", _EMPTY).get("tokens_by_role")
+            fields["tokens_by_role_after"] = report.get("after", _EMPTY).get("tokens_by_role")
+            fields["filters"] = [
+                {
+                    "type": f["type"],
+                    "at": f["at"],
+                    "tokens_removed": f["tokens_removed"],
+                    "messages_removed": f["messages_removed"],
+                    "ms": f["ms"],
+                }
+                for f in report.get("filters", ())
+            ]
+            fields["limit"] = report.get("limit")
+            fields["failed_filter"] = result.failed_filter
+            fields["notes"] = report.get("notes")
+            fields["broken"] = self.broken
+        now = time.perf_counter()
+        sent = self.upstream_started
+        fields["overhead_ms"] = None if self.overhead_ms is None else round(self.overhead_ms, 2)
+        fields["first_byte_ms"] = _rounded(self.first_byte_ms())
+        fields["upstream_ms"] = None if sent is None else round((now - sent) * 1000, 2)
+        fields["total_ms"] = round((now - self.started) * 1000, 2)
         if self.body is not None:
             fields["body"] = redact(self.body, secrets)
         return fields

@@ -95,10 +95,24 @@ class NotFromTask(logging.Filter):
             return True
 
 
+_second: list[Any] = [None, ""]
+"""The last whole second :func:`_timestamp` rendered and its text up to the seconds."""
+
+
 def _timestamp(record: logging.LogRecord) -> str:
-    return (
-        datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    )
+    """``record.created`` as ISO 8601 UTC to the millisecond, as ``datetime.fromtimestamp`` rounds it.
+
+    The text up to the seconds is kept for the next record in the same second: one a request.
+    """
+    whole = int(record.created)
+    micros = round((record.created - whole) * 1_000_000)  # what fromtimestamp does: half to even
+    if micros >= 1_000_000:
+        whole, micros = whole + 1, micros - 1_000_000
+    second = _second
+    if second[0] != whole:
+        second[1] = datetime.fromtimestamp(whole, UTC).isoformat(timespec="seconds").removesuffix("+00:00")
+        second[0] = whole
+    return f"{second[1]}.{micros // 1000:03d}Z"
 
 
 class JsonFormatter(logging.Formatter):
@@ -114,6 +128,10 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
         try:  # one line per request: orjson is several times faster; the stdlib takes what it refuses
+            return orjson.dumps(line, default=str).decode()
+        except (TypeError, orjson.JSONEncodeError):  # non-str keys cost orjson an option, so only on need
+            pass
+        try:
             return orjson.dumps(line, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
         except (TypeError, orjson.JSONEncodeError):
             return json.dumps(line, separators=(",", ":"), ensure_ascii=False, default=str)

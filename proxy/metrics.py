@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 import uuid
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -287,8 +288,26 @@ class Metrics:
             self.observe_overhead(exchange.overhead_ms / 1000)
         self._observe_report(exchange, role, upstream)
         if access_log.isEnabledFor(logging.INFO):  # no fields (or redacted body) for a line nobody sees
-            fields = exchange.fields(self._secrets)
-            access_log.info(JsonMessage(fields), extra={"access": fields})
+            self._write_access_line(exchange.fields(self._secrets))
+
+    @staticmethod
+    def _write_access_line(fields: dict[str, Any]) -> None:
+        """``access_log.info(JsonMessage(fields), extra={"access": fields})`` from the caller's line.
+
+        The same record as ``info`` makes, without ``findCaller``'s walk up the stack: the caller is
+        known (``finish``), and ``logging._srcfile = None`` still turns the lookup off.
+        """
+        if logging._srcfile is None:
+            where: tuple[str, int, str] = ("(unknown file)", 0, "(unknown function)")
+        else:
+            caller = sys._getframe(1)
+            where = (caller.f_code.co_filename, caller.f_lineno, caller.f_code.co_name)
+        filename, line, function = where
+        message, extra = JsonMessage(fields), {"access": fields}
+        record = access_log.makeRecord(
+            access_log.name, logging.INFO, filename, line, message, (), None, function, extra
+        )
+        access_log.handle(record)
 
     # --- summaries (``summarize``): the recorder proxy.summary_cache reports to ---------------------
 
