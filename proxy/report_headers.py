@@ -10,7 +10,10 @@ _HEADER_UNSAFE = re.compile(r"[^\x20-\x7e]")
 
 
 def _header_value(value: object) -> str:
-    return _HEADER_UNSAFE.sub("?", str(value))
+    text = str(value)
+    if text.isascii() and text.isprintable():  # exactly \x20-\x7e: nothing to replace, no regex pass
+        return text
+    return _HEADER_UNSAFE.sub("?", text)
 
 
 def history_headers(result: PipelineResult, role: str) -> dict[str, str]:

@@ -18,6 +18,8 @@ from proxy.app import app_from_env, create_app
 from proxy.config import Config, parse_config
 from proxy.filters.base import FilterContext
 from proxy.messages import Message
+from proxy.pipeline import PipelineResult
+from proxy.report_headers import history_headers
 from tests.factories import action, assistant, result, system, user
 
 pytestmark = pytest.mark.anyio
@@ -557,3 +559,18 @@ def test_the_factory_refuses_a_bad_config_with_located_errors(
     with pytest.raises(SystemExit):
         app_from_env()
     assert "upstreams.bad.base_url" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("role", "note", "sent_role", "sent_filters"),
+    [
+        ("worker", "trimmed to 4 messages ~", "worker", "passthrough,trimmed to 4 messages ~"),
+        ("r\u00f4le", "caf\u00e9\u2014ok", "r?le", "passthrough,caf??ok"),
+        ("a\tb\x7fc", "line\nbreak\r", "a?b?c", "passthrough,line?break?"),
+    ],
+)
+def test_history_headers_carry_only_printable_ascii(role: str, note: str, sent_role: str, sent_filters: str) -> None:
+    result = PipelineResult(body={}, report={"notes": [note]}, applied=["passthrough"], tokens_before=9)
+    headers = history_headers(result, role)
+    assert headers["x-history-role"] == sent_role and headers["x-history-filters"] == sent_filters
+    assert headers["x-history-tokens-before"] == "9" and headers["x-history-mode"] == "enforce"
