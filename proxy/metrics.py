@@ -297,7 +297,7 @@ class Metrics:
         The same record as ``info`` makes, without ``findCaller``'s walk up the stack: the caller is
         known (``finish``), and ``logging._srcfile = None`` still turns the lookup off.
         """
-        if logging._srcfile is None:
+        if not logging._srcfile:  # as Logger._log tests it
             where: tuple[str, int, str] = ("(unknown file)", 0, "(unknown function)")
         else:
             caller = sys._getframe(1)
