@@ -15,22 +15,21 @@ import logging
 import os
 import sys
 import time
-import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Scope
 
+from proxy.access import fresh_request_id
 from proxy.config import Config, ConfigError, load_config, summary
-from proxy.edge import CHAT_PATH, ChatFastPath, LastResort
+from proxy.edge import CHAT_PATH, Answer, Call, Edge, Relay, Whole
 from proxy.errors import FilterError, NotFoundError, ProxyError, error_body
 from proxy.guard import CLIENT_CLOSED, RequestGuard
 from proxy.identity import Identity, resolve_identity
@@ -93,15 +92,13 @@ class _Proxy(ServesState):
 
     # --- bookkeeping -------------------------------------------------------------------------
 
-    def begin(self, request: Request) -> Exchange:
-        exchange = Exchange(
-            request_id_for(request.headers), request.method, request.url.path, time.perf_counter()
-        )
-        request.state.exchange = exchange
+    def begin(self, call: Call) -> Exchange:
+        exchange = Exchange(request_id_for(call.headers), call.method, call.path, time.perf_counter())
+        call.scope.setdefault("state", {})["exchange"] = exchange
         return exchange
 
-    def identify(self, request: Request, exchange: Exchange) -> Identity:
-        exchange.identity = resolve_identity(self.config, request.headers)
+    def identify(self, call: Call, exchange: Exchange) -> Identity:
+        exchange.identity = resolve_identity(self.config, call.headers)
         return exchange.identity
 
     def finish(self, exchange: Exchange, status: int | None = None) -> None:
@@ -110,10 +107,14 @@ class _Proxy(ServesState):
 
     # --- routes ------------------------------------------------------------------------------
 
-    async def chat_completions(self, request: Request) -> Response:
-        exchange = self.begin(request)
-        identity = self.identify(request, exchange)
-        body = parse_body(await read_body(request.headers, request.stream(), self.config.limits.max_body_bytes))
+    async def chat_route(self, request: Request) -> Answer:
+        """``POST /v1/chat/completions`` when Starlette routes it (under a root path)."""
+        return await self.chat_completions(Call.of(request))
+
+    async def chat_completions(self, call: Call) -> Answer:
+        exchange = self.begin(call)
+        identity = self.identify(call, exchange)
+        body = parse_body(await read_body(call.headers, call.stream(), self.config.limits.max_body_bytes))
         names = self._route(body, exchange)
         exchange.stream = body.get("stream") is True
         if self.config.log_bodies:
@@ -127,13 +128,14 @@ class _Proxy(ServesState):
                 return content
             return encode_json((await self.pipeline.run(body, identity, name)).body)  # other cache marks
 
-        reply = await self._open(request, "/chat/completions", names, body_for)
+        reply = await self._open(call, exchange, "/chat/completions", names, body_for)
         return await self._respond(reply, exchange, history_headers(result, identity.role))
 
     async def preview(self, request: Request) -> Response:
-        exchange = self.begin(request)
-        identity = self.identify(request, exchange)
-        body = parse_body(await read_body(request.headers, request.stream(), self.config.limits.max_body_bytes))
+        call = Call.of(request)
+        exchange = self.begin(call)
+        identity = self.identify(call, exchange)
+        body = parse_body(await read_body(call.headers, call.stream(), self.config.limits.max_body_bytes))
         names = self._route(body, exchange)
         exchange.upstream = None  # nothing is forwarded
         result = exchange.result = await self.pipeline.run(body, identity, names[0])
@@ -143,27 +145,29 @@ class _Proxy(ServesState):
         self.finish(exchange, 200)
         return response
 
-    async def forward(self, request: Request) -> Response:
-        exchange = self.begin(request)
-        self.identify(request, exchange)
+    async def forward(self, request: Request) -> Answer:
+        call = Call.of(request)
+        exchange = self.begin(call)
+        self.identify(call, exchange)
         limit = self.config.limits.max_body_bytes
         body: Body = None
         model = ""
-        if has_body(request.headers):
-            if "json" in request.headers.get("content-type", ""):
-                body = await read_body(request.headers, request.stream(), limit)
+        if has_body(call.headers):
+            if "json" in call.headers.get("content-type", ""):
+                body = await read_body(call.headers, call.stream(), limit)
                 model = model_of(body)
             else:  # uploads go through unread, to the default upstream
-                body = capped_stream(request.headers, request.stream(), limit)
+                body = capped_stream(call.headers, call.stream(), limit)
         names = self._route({"model": model}, exchange)
-        raw_path = request.scope.get("raw_path") or request.url.path.encode()
-        reply = await self._open(request, raw_path.decode("latin-1").removeprefix("/v1"), names, body)
+        raw_path = call.scope.get("raw_path") or call.path.encode()
+        reply = await self._open(call, exchange, raw_path.decode("latin-1").removeprefix("/v1"), names, body)
         return await self._respond(reply, exchange, {})
 
     async def admin_reload(self, request: Request) -> Response:
         """Re-read the config file (admin tenants only); a bad file is a 400 and changes nothing."""
-        exchange = self.begin(request)
-        exchange.identity = Identity(role="admin", tenant=authorize_admin(self.config, request.headers))
+        call = Call.of(request)
+        exchange = self.begin(call)
+        exchange.identity = Identity(role="admin", tenant=authorize_admin(self.config, call.headers))
         answer = await self.reloader.answer()
         self.finish(exchange, 200)
         return JSONResponse(answer, headers={"x-request-id": exchange.request_id})
@@ -184,35 +188,30 @@ class _Proxy(ServesState):
         exchange.upstream = names[0]
         return names
 
-    async def _open(self, request: Request, path: str, names: list[str], body: Body) -> UpstreamReply:
-        request.state.exchange.upstream_started = time.perf_counter()
+    async def _open(self, call: Call, exchange: Exchange, path: str, names: list[str], body: Body) -> UpstreamReply:
+        exchange.upstream_started = time.perf_counter()
         return await self.upstreams.open(
-            request.method,
-            path,
-            query=request.url.query,
-            headers=request.headers.items(),
-            names=names,
-            body=body,
+            call.method, path, query=call.query, headers=call.header_items, names=names, body=body
         )
 
-    async def _respond(self, reply: UpstreamReply, exchange: Exchange, extra: dict[str, str]) -> Response:
+    async def _respond(self, reply: UpstreamReply, exchange: Exchange, extra: dict[str, str]) -> Answer:
         exchange.upstream, exchange.attempts = reply.upstream, reply.attempts
         exchange.status = reply.status_code
         waited_ms = reply.wait_ms
-        response: Response
+        response: Answer
         if reply.ok and (exchange.stream or not reply.is_whole_json):
-            response = _UpstreamStream(reply, lambda: self._streamed(reply, exchange))
+            response = Relay(reply, lambda: self._streamed(reply, exchange))
             if exchange.stream:
                 self.metrics.stream_opened(exchange)
         else:  # error answers and whole JSON answers: read at once, sent verbatim in one write
             read_started = time.perf_counter()
-            response = Response(await reply.read(), status_code=reply.status_code)
+            response = Whole(reply.status_code, await reply.read())
             waited_ms += (time.perf_counter() - read_started) * 1000
         exchange.overhead_ms = exchange.elapsed_ms() - waited_ms
         if extra:
             extra = {**extra, "x-history-overhead-ms": f"{exchange.overhead_ms:.2f}"}
         ours = {**extra, "x-request-id": exchange.request_id}  # these replace the upstream's own
-        headers = response.raw_headers  # only content-length so far
+        headers = response.headers  # only content-length so far
         for name, value in reply.headers:
             name = "x-upstream-request-id" if name == "x-request-id" else name
             if name not in ours:
@@ -220,7 +219,7 @@ class _Proxy(ServesState):
         headers += [(name.encode("latin-1"), value.encode("latin-1")) for name, value in ours.items()]
         if not reply.ok:
             self.finish(exchange)
-        elif not isinstance(response, _UpstreamStream):
+        elif not isinstance(response, Relay):
             self._streamed(reply, exchange)  # relayed whole: record it now
         return response
 
@@ -234,11 +233,15 @@ class _Proxy(ServesState):
     # --- errors ------------------------------------------------------------------------------
 
     async def on_proxy_error(self, request: Request, exc: Exception) -> Response:
-        """Render any ``ProxyError`` in OpenAI's error shape."""
+        """Render any ``ProxyError`` in OpenAI's error shape (for the routes Starlette serves)."""
         if not isinstance(exc, ProxyError):  # pragma: no cover - registered for ProxyError only
             raise exc
-        exchange: Exchange | None = getattr(request.state, "exchange", None)
-        request_id = exchange.request_id if exchange else request_id_for(request.headers)
+        return self.error_answer(Call.of(request), exc)
+
+    def error_answer(self, call: Call, exc: ProxyError) -> Response:
+        """A ``ProxyError`` in OpenAI's error shape, counted and logged once."""
+        exchange = call.exchange
+        request_id = exchange.request_id if exchange else request_id_for(call.headers)
         if isinstance(exc, FilterError):
             self.metrics.observe_filter_failure(exc.filter_type)
             log.error("filter %s at %s failed (request %s)", exc.filter_type, exc.position, request_id)
@@ -267,7 +270,7 @@ class _Proxy(ServesState):
     def on_unhandled(self, scope: Scope, exc: BaseException) -> str:
         """Log a bug with its traceback (never the body), count it, and return the request id."""
         exchange = scope.get("state", {}).get("exchange")
-        request_id = exchange.request_id if isinstance(exchange, Exchange) else uuid.uuid4().hex
+        request_id = exchange.request_id if isinstance(exchange, Exchange) else fresh_request_id()
         if isinstance(exc, ClientDisconnect):
             log.info("client went away before the answer to request %s was sent", request_id)
             status = CLIENT_CLOSED
@@ -285,36 +288,11 @@ class _Proxy(ServesState):
         return request_id
 
 
-class _UpstreamStream(StreamingResponse):
-    """An upstream body streamed through, closed and recorded however the response ends.
-
-    Starlette leaves the body iterator open when the client goes away mid-stream, and skips the
-    background task when sending fails; closing here as well releases the upstream at once.
-    """
-
-    def __init__(self, reply: UpstreamReply, on_done: Callable[[], None]) -> None:
-        super().__init__(
-            reply.stream(), status_code=reply.status_code, background=BackgroundTask(reply.aclose)
-        )
-        self._reply = reply
-        self._on_done = on_done
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            close = getattr(self.body_iterator, "aclose", None)
-            if close is not None:
-                await close()
-            await self._reply.aclose()
-            self._on_done()
-
-
 def create_app(config: Config, *, config_path: str | None = None) -> Starlette:
     """The proxy as an ASGI app for ``config``; the upstream client opens in its lifespan."""
     proxy = _Proxy(config, config_path)
     routes = [
-        Route(CHAT_PATH, proxy.chat_completions, methods=["POST"]),
+        Route(CHAT_PATH, proxy.chat_route, methods=["POST"]),
         Route("/v1/history/preview", proxy.preview, methods=["POST"]),
         Route(
             "/v1/{path:path}",
@@ -330,8 +308,7 @@ def create_app(config: Config, *, config_path: str | None = None) -> Starlette:
         lifespan=proxy.lifespan,
         middleware=[
             Middleware(RequestGuard, proxy=proxy),
-            Middleware(LastResort, proxy=proxy),
-            Middleware(ChatFastPath, proxy=proxy),
+            Middleware(Edge, proxy=proxy),
         ],
         exception_handlers={ProxyError: proxy.on_proxy_error, HTTPException: proxy.on_http_error},
     )

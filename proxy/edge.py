@@ -1,33 +1,144 @@
-"""The ASGI layers around the routes: the last-resort 500, and the fast path for chat completions.
+"""The HTTP edge inside the guard: the chat completions fast path, the last-resort 500, and answers.
 
-Both wrap the app that :func:`proxy.app.create_app` builds, inside :class:`~proxy.guard.RequestGuard`.
+:class:`Edge` wraps the app that :func:`proxy.app.create_app` builds, inside
+:class:`~proxy.guard.RequestGuard`. ``POST /v1/chat/completions`` goes from the ASGI scope straight to
+its handler as a :class:`Call`, and its answer (:class:`Whole` or :class:`Relay`) straight to
+``send``: no router, and no Starlette ``Request``, ``URL``, ``Headers`` or ``Response`` on the way.
+Every other request goes through Starlette's router; its handlers read a :class:`Call` too.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Protocol
 
+from starlette.datastructures import URL
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from proxy.access import Exchange
 from proxy.errors import ProxyError, error_body
+from proxy.upstream import UpstreamReply
 
 CHAT_PATH = "/v1/chat/completions"
 
 
+class Call:
+    """One HTTP request as the handlers read it, taken from the ASGI scope once."""
+
+    __slots__ = ("_receive", "header_items", "headers", "method", "path", "query", "scope")
+
+    def __init__(self, scope: Scope, receive: Receive, path: str, query: str) -> None:
+        self.scope = scope
+        self.method: str = scope["method"]
+        self.path = path
+        """The path as Starlette's ``request.url.path`` reads it."""
+        self.query = query
+        """The query string as Starlette's ``request.url.query`` reads it."""
+        self.header_items = [(name.decode("latin-1"), value.decode("latin-1")) for name, value in scope["headers"]]
+        """Every header as (lower-case name, value), in order, repeats kept."""
+        self.headers: Mapping[str, str] = dict(reversed(self.header_items))
+        """One value per lower-case name: the first one sent, as Starlette's ``Headers`` reads it."""
+        self._receive = receive
+
+    @classmethod
+    def of(cls, request: Request) -> Call:
+        """The call for a request Starlette routed."""
+        url = request.url
+        return cls(request.scope, request.receive, url.path, url.query)
+
+    @property
+    def exchange(self) -> Exchange | None:
+        """The request's access record, once :meth:`proxy.app._Proxy.begin` made it."""
+        exchange = self.scope.get("state", {}).get("exchange")
+        return exchange if isinstance(exchange, Exchange) else None
+
+    async def stream(self) -> AsyncIterator[bytes]:
+        """The body as it arrives, as Starlette's ``Request.stream`` gives it (a last empty chunk
+        included); raises ``ClientDisconnect`` when the client leaves first."""
+        while True:
+            message = await self._receive()
+            if message["type"] == "http.request":
+                body = message.get("body", b"")
+                if body:
+                    yield body
+                if not message.get("more_body", False):
+                    break
+            elif message["type"] == "http.disconnect":
+                raise ClientDisconnect()
+        yield b""
+
+
+class Whole:
+    """An answer sent in one body message, with the headers Starlette's ``Response`` would give it."""
+
+    __slots__ = ("body", "headers", "status")
+
+    def __init__(self, status: int, body: bytes) -> None:
+        self.status = status
+        self.body = body
+        self.headers: list[tuple[bytes, bytes]] = (
+            []  # no Content-Length on an answer that cannot have a body
+            if status < 200 or status in (204, 304)
+            else [(b"content-length", str(len(body)).encode("latin-1"))]
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status, "headers": self.headers})
+        await send({"type": "http.response.body", "body": self.body})
+
+
+class Relay:
+    """An upstream body relayed piece by piece, closed and recorded however the answer ends.
+
+    No ``Content-Length``: the server sends it chunked. A client leaving mid-stream is noticed by
+    :class:`~proxy.guard.ClientWatch`, which cancels the relay.
+    """
+
+    __slots__ = ("_on_done", "_reply", "headers", "status")
+
+    def __init__(self, reply: UpstreamReply, on_done: Callable[[], None]) -> None:
+        self.status = reply.status_code
+        self.headers: list[tuple[bytes, bytes]] = []
+        self._reply = reply
+        self._on_done = on_done
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        chunks = self._reply.stream()
+        try:
+            await send({"type": "http.response.start", "status": self.status, "headers": self.headers})
+            async for chunk in chunks:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            close = getattr(chunks, "aclose", None)  # an async generator, left open if sending failed
+            if close is not None:
+                await close()
+            await self._reply.aclose()
+            self._on_done()
+
+
+Answer = Whole | Relay
+
+
 class EdgeProxy(Protocol):
-    """What the layers need from the app's handlers."""
+    """What the edge needs from the app's handlers."""
 
-    async def chat_completions(self, request: Request) -> Response: ...
+    async def chat_completions(self, call: Call) -> Answer: ...
 
-    async def on_proxy_error(self, request: Request, exc: Exception) -> Response: ...
+    def error_answer(self, call: Call, exc: ProxyError) -> Response: ...
 
     def on_unhandled(self, scope: Scope, exc: BaseException) -> str: ...
 
 
-class LastResort:
-    """Outermost guard: a bug answers a plain 500 ``server_error`` and never a traceback."""
+class Edge:
+    """Chat completions past the router; every request under the last-resort guard.
+
+    The last resort: a bug answers a plain 500 ``server_error`` (if no answer started) and never a
+    traceback. The router's matching, Starlette's per-route wrappers and its exception middleware do
+    nothing for the chat route that :meth:`_chat` does not.
+    """
 
     def __init__(self, app: ASGIApp, proxy: EdgeProxy) -> None:
         self.app = app
@@ -46,7 +157,10 @@ class LastResort:
             await send(message)
 
         try:
-            await self.app(scope, receive, tracking_send)
+            if scope["path"] == CHAT_PATH and scope["method"] == "POST" and not scope.get("root_path"):
+                await self._chat(scope, receive, tracking_send)
+            else:
+                await self.app(scope, receive, tracking_send)
         except Exception as exc:  # noqa: BLE001 - the last guard: log it, answer 500, keep serving
             request_id = self.proxy.on_unhandled(scope, exc)
             if not started and not isinstance(exc, ClientDisconnect):
@@ -58,25 +172,13 @@ class LastResort:
                     scope, receive, send
                 )
 
-
-class ChatFastPath:
-    """``POST /v1/chat/completions`` straight to its handler, past the router and its wrappers.
-
-    The router's matching, Starlette's per-route wrappers and its exception middleware do nothing
-    for this route that the two lines below do not; every other request goes through them.
-    """
-
-    def __init__(self, app: ASGIApp, proxy: EdgeProxy) -> None:
-        self.app = app
-        self.proxy = proxy
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] != CHAT_PATH or scope["method"] != "POST" or scope.get("root_path"):
-            await self.app(scope, receive, send)
-            return
-        request = Request(scope, receive, send)
+    async def _chat(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # the query string as Starlette reads it; there rarely is one, so its parser costs nothing here
+        query = URL(scope=scope).query if scope.get("query_string") else ""
+        call = Call(scope, receive, CHAT_PATH, query)
+        answer: Answer | Response
         try:
-            response = await self.proxy.chat_completions(request)
+            answer = await self.proxy.chat_completions(call)
         except ProxyError as exc:
-            response = await self.proxy.on_proxy_error(request, exc)
-        await response(scope, receive, send)
+            answer = self.proxy.error_answer(call, exc)
+        await answer(scope, receive, send)
