@@ -93,7 +93,8 @@ class Relay:
     """An upstream body relayed piece by piece, closed and recorded however the answer ends.
 
     No ``Content-Length``: the server sends it chunked. A client leaving mid-stream is noticed by
-    :class:`~proxy.guard.ClientWatch`, which cancels the relay.
+    :class:`~proxy.guard.ClientWatch`, which cancels the relay (or, with a server speaking ASGI
+    2.4, by ``send`` failing: a ``ClientDisconnect``, as Starlette's ``StreamingResponse`` raises).
     """
 
     __slots__ = ("_on_done", "_reply", "headers", "status")
@@ -111,12 +112,20 @@ class Relay:
             async for chunk in chunks:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except OSError:
+            if _spec_version(scope) < (2, 4):
+                raise
+            raise ClientDisconnect() from None  # how an ASGI 2.4 server reports a client gone
         finally:
             close = getattr(chunks, "aclose", None)  # an async generator, left open if sending failed
             if close is not None:
                 await close()
             await self._reply.aclose()
             self._on_done()
+
+
+def _spec_version(scope: Scope) -> tuple[int, ...]:
+    return tuple(map(int, scope.get("asgi", {}).get("spec_version", "2.0").split(".")))
 
 
 Answer = Whole | Relay

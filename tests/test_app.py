@@ -237,6 +237,7 @@ async def test_a_client_leaving_mid_stream_closes_the_upstream_answer(
             await upstream_closed.wait()
     access = [json.loads(r.getMessage()) for r in caplog.records if r.name == "history_proxy.access"]
     assert [line["status"] for line in access] == [499]
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []  # not a bug
 
 
 # --- our own errors --------------------------------------------------------------------------
