@@ -27,11 +27,13 @@ import yaml
 from bench import procs
 from bench.bodies import SIZES, encode, synthetic_body
 from bench.fast_upstream import run_fast
+from bench.floor import UPSTREAM_ENV as FLOOR_UPSTREAM_ENV
 from bench.loadgen import Target, build_request, run_load
 from bench.report import DIRECT, RESULTS_DIR, summarise_cell, write_results
 
 ROOT = Path(__file__).resolve().parent.parent
 CONCURRENCIES = (1, 8, 64)
+FLOOR = "floor (uvicorn + orjson + transport)"
 CHAINS: dict[str, dict[str, Any]] = {
     "passthrough": {"model": "bench-plain", "headers": (("x-agent-role", "passthrough"),)},
     "worker": {"model": "bench-cached", "headers": (("x-agent-role", "worker"), ("x-agent-name", "coder"))},
@@ -157,6 +159,8 @@ class Runner:
                     f"history-proxy/{chain}", procs.LOOPBACK, self.proxy_port, headers=spec["headers"]
                 )
                 self.targets.append((target, chain, proxy))
+        if self.args.floor:
+            self.targets.append(self._floor(proxy_cpus))
         if self.args.peers:
             from bench.peers import start_peers
 
@@ -164,6 +168,23 @@ class Runner:
                 self.args.peers, self.upstream_port, self.workdir, self.stack, proxy_cpus
             ):
                 self.targets.append((target, None, started))
+
+    def _floor(self, cpus: set[int] | None) -> tuple[Target, str | None, procs.Started]:
+        """``bench/floor.py`` served as the proxy is (one uvicorn worker, same loop and parser)."""
+        from proxy.cli import _uvicorn_options
+
+        port = procs.free_port()
+        options = _uvicorn_options()
+        command = [
+            sys.executable, "-m", "uvicorn", "bench.floor:app", "--host", procs.LOOPBACK, "--port", str(port),
+            "--loop", options["loop"], "--http", options["http"], "--log-level", "warning", "--no-access-log",
+        ]  # fmt: skip
+        env = {**os.environ, FLOOR_UPSTREAM_ENV: f"http://{procs.LOOPBACK}:{self.upstream_port}"}
+        started = self.stack.enter_context(
+            procs.running(procs.start(FLOOR, command, self.workdir, cpus=cpus, env=env, cwd=ROOT))
+        )
+        procs.wait_ready(started, port, "/healthz")
+        return Target(FLOOR, procs.LOOPBACK, port), None, started
 
     def _upstream(
         self, name: str, chunks: int, delay_ms: float, cpus: set[int] | None
@@ -359,6 +380,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--slow-chunk-delay-ms", type=float, default=500.0)
     parser.add_argument(
         "--peers", nargs="*", choices=("litellm", "portkey"), help="also run peers (no names: both)"
+    )
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also run bench/floor.py: uvicorn + orjson + the proxy's transport, nothing else (the floor)",
     )
     parser.add_argument("--no-pin", action="store_true", help="do not pin processes to cores")
     parser.add_argument("--results", type=Path, default=RESULTS_DIR, help="where result files go")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 
 from bench import procs
 from bench.bodies import SIZES, corpus_bodies, replay_prefixes, synthetic_messages
+from bench.floor import UPSTREAM_ENV as FLOOR_UPSTREAM_ENV
 from bench.loadgen import Target, build_request, percentile, run_load
 from bench.report import paired_difference, summarise_cell, write_results
 from bench.run import select_cells
@@ -79,6 +81,35 @@ def test_loadgen_records_first_byte_before_the_end_of_a_stream(fast_upstream: in
     assert result.ok == 3
     assert all(first < total for first, total in zip(result.ttfb_ms, result.latencies_ms, strict=True))
     assert result.body_bytes / result.ok > 4 * len(b"data: ")
+
+
+def test_the_floor_forwards_whole_and_streamed_answers_from_the_upstream(
+    fast_upstream: int, tmp_path: Path
+) -> None:
+    port = procs.free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "bench.floor:app",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
+    env = {**os.environ, FLOOR_UPSTREAM_ENV: f"http://127.0.0.1:{fast_upstream}"}
+    with procs.running(procs.start("floor", command, tmp_path, env=env, cwd=ROOT)) as started:
+        procs.wait_ready(started, port, "/healthz", timeout_s=20)
+        target = Target("floor", "127.0.0.1", port)
+        whole = build_request(target, b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}')
+        streamed = build_request(target, b'{"model": "m", "stream": true, "messages": []}')
+        for request in (whole, streamed):
+            result = asyncio.run(run_load(target, [request], concurrency=2, max_requests=6, max_seconds=10))
+            assert (result.ok, result.errors) == (6, 0)
+        direct = Target("direct", "127.0.0.1", fast_upstream)
+        request = build_request(direct, b'{"stream": true}')
+        one = asyncio.run(run_load(direct, [request], concurrency=1, max_requests=1, max_seconds=5))
+        assert result.body_bytes == 6 * one.body_bytes  # every streamed byte relayed
 
 
 def test_loadgen_counts_an_unreachable_target_as_errors_not_latencies() -> None:
