@@ -19,7 +19,7 @@ import bisect
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from pydantic import Field, field_serializer
+from pydantic import Field, PrivateAttr, field_serializer
 
 from proxy.filters.base import Filter, FilterContext
 from proxy.messages import (
@@ -105,13 +105,57 @@ def elision_notice(content: Any) -> str:
     return notice
 
 
-def elided(message: Message) -> Message:
-    """A copy of ``message`` whose content is the elision notice (one text part for list content)."""
+def elided(message: Message, notices: NoticeMemo | None = None) -> Message:
+    """A copy of ``message`` whose content is the elision notice (one text part for list content).
+
+    With ``notices``, the notice of a ``str`` content comes from (and goes into) that memo.
+    """
     content = message.get("content")
+    if notices is not None and content.__class__ is str:
+        return {**message, "content": notices.notice(content)}
     notice = elision_notice(content)
     if isinstance(content, list):
         return {**message, "content": [{"type": "text", "text": notice}]}
     return {**message, "content": notice}
+
+
+class NoticeMemo:
+    """The elision notices of string contents already elided, so an old observation's lines are
+    counted once rather than on every request that still carries it.
+
+    Bounded: at most ``max_entries`` contents and ``max_chars`` characters of them are held; the
+    oldest go first. Any two memos are equal: what a filter remembered never makes two
+    configurations differ.
+    """
+
+    def __init__(self, *, max_entries: int = 4096, max_chars: int = 8_000_000) -> None:
+        self.max_entries = max_entries
+        self.max_chars = max_chars
+        self._notices: dict[str, str] = {}
+        self._chars = 0
+
+    def notice(self, content: str) -> str:
+        """:func:`elision_notice` of a ``str`` content."""
+        notice = self._notices.get(content)
+        if notice is None:
+            notice = elision_notice(content)
+            if len(content) <= self.max_chars:
+                notices = self._notices
+                while notices and (len(notices) >= self.max_entries or self._chars + len(content) > self.max_chars):
+                    oldest = next(iter(notices))  # dicts keep insertion order
+                    del notices[oldest]
+                    self._chars -= len(oldest)
+                notices[content] = notice
+                self._chars += len(content)
+        return notice
+
+    def __len__(self) -> int:
+        return len(self._notices)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, NoticeMemo)
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 class LastNObservations(Filter):
@@ -136,6 +180,9 @@ class LastNObservations(Filter):
         "moves the elided prefix stays identical (polling 1 changes an old message on every new observation)"
     )
 
+    _notices: NoticeMemo = PrivateAttr(default_factory=NoticeMemo)
+    # old observations stay the same strings from request to request: their notices are remembered
+
     @field_serializer("always_keep_output_for_tags", "always_remove_output_for_tags")
     def _sorted(self, tags: TagSet) -> list[str]:
         return sorted(tags)
@@ -144,17 +191,18 @@ class LastNObservations(Filter):
         positions = observation_positions(messages)
         by_count = elided_by_count(len(positions), self.n, self.polling)
         result = list(messages)
+        notices = self._notices  # a private attribute is read through pydantic's __getattr__: once
         for k, i in enumerate(positions):
             message = messages[i]
             if message.get("tags") is None:  # untagged, the usual case: the count alone decides
                 if k in by_count:
-                    result[i] = elided(message)
+                    result[i] = elided(message, notices)
                 continue
             tags = tags_of(message)
             removed = bool(tags & self.always_remove_output_for_tags)
             kept = bool(tags & self.always_keep_output_for_tags)
             if removed or (k in by_count and not kept):
-                result[i] = elided(message)
+                result[i] = elided(message, notices)
         return result
 
 

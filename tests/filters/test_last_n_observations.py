@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from proxy.config import ConfigError, load_config, parse_config
 from proxy.filters.base import FilterContext
-from proxy.filters.observations import LastNObservations, line_count, observation_positions
+from proxy.filters.observations import LastNObservations, NoticeMemo, line_count, observation_positions
 from proxy.messages import Message, invariant_errors, text_of
 from tests.factories import action, assistant, corpus_body, corpus_files, exchange, result, system, user
 
@@ -76,6 +76,33 @@ def test_the_fast_line_count_equals_splitlines_for_every_string(text: str) -> No
 def test_the_fast_line_count_agrees_on_every_line_boundary(text: str) -> None:
     assert line_count(text) == len(text.splitlines())
     assert line_count(text * 3 + "x") == len((text * 3 + "x").splitlines())
+
+
+def test_one_filter_gives_every_request_the_notice_of_its_own_old_outputs() -> None:
+    """The filter remembers notices by content: a later request with other outputs gets their own."""
+    filter_ = LastNObservations(type="last_n_observations", n=1)
+    first = [user("task"), *exchange(output="a\nb"), *exchange(output="c\nd\ne"), *exchange(output="new")]
+    second = [user("task"), *exchange(output="a\nb"), *exchange(output="x\ny\nz\nw"), *exchange(output="new")]
+    for _ in range(2):  # the second time from the memo
+        assert [m["content"] for m in filter_.apply(copy.deepcopy(first), FilterContext())][2:5:2] == [
+            "Old environment output: (2 lines omitted)",
+            "Old environment output: (3 lines omitted)",
+        ]
+        assert filter_.apply(copy.deepcopy(second), FilterContext())[4]["content"] == (
+            "Old environment output: (4 lines omitted)"
+        )
+    assert filter_ == LastNObservations(type="last_n_observations", n=1)  # what it remembers is no setting
+
+
+def test_the_notice_memo_holds_at_most_its_entries_and_characters_dropping_the_oldest() -> None:
+    memo = NoticeMemo(max_entries=3, max_chars=10)
+    for text in ["a", "b\nc", "d", "e"]:
+        assert memo.notice(text) == f"Old environment output: ({len(text.splitlines())} lines omitted)"
+    assert len(memo) == 3
+    assert memo.notice("0123456789\n" * 2) == "Old environment output: (2 lines omitted)"  # too long to keep
+    assert len(memo) == 3
+    assert memo.notice("123456789") == "Old environment output: (1 lines omitted)"
+    assert len(memo) == 2  # "e" and "123456789": ten characters
 
 
 def test_null_tool_content_counts_zero_lines() -> None:
