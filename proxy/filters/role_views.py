@@ -202,26 +202,27 @@ def producing_agent(message: Message) -> str | None:
     return None
 
 
-_ATTRIBUTION_KEYS = frozenset({"message_type", "agent", "name"})
-
-
 def drops_nothing(turn: Sequence[Message], completion_tools: frozenset[str]) -> bool:
     """Whether ``worker_view`` keeps every group of the current ``turn``, told without classifying it.
 
     So it is when no message is annotated or attributed to an agent (no global observation, no
-    other agent's trace) and no action calls a completion tool (no completion signal). The newest
+    other agent's trace) and no tool call names a completion tool (no completion signal). The newest
     user message is then in the turn (it would start a later turn otherwise), so it is kept too.
+    False is always safe (the filter then classifies the turn): so it is for tool calls of any other
+    shape than ``{function: {name: str}}``, and for calls on messages that are not actions.
     """
-    if not all(map(_ATTRIBUTION_KEYS.isdisjoint, turn)):
+    try:  # one loop, no call per message: this runs on every request
+        for message in turn:
+            if "message_type" in message or "agent" in message or "name" in message:
+                return False
+            calls = message.get("tool_calls")
+            if calls:
+                for call in calls:
+                    name = call["function"]["name"]
+                    if name.__class__ is not str or name in completion_tools:
+                        return False
+    except (LookupError, TypeError, AttributeError):
         return False
-    for message in turn:
-        calls = message.get("tool_calls")
-        if calls and message.get("role") == "assistant" and isinstance(calls, list):  # an action
-            for call in calls:  # call_name(call) in completion_tools, inlined: this runs on every request
-                function = call.get("function") if isinstance(call, dict) else None
-                name = function.get("name") if isinstance(function, dict) else None
-                if (name if isinstance(name, str) else "") in completion_tools:
-                    return False
     return True
 
 
@@ -246,8 +247,9 @@ class WorkerView(Filter):
 
     def apply(self, messages: list[Message], ctx: FilterContext) -> list[Message]:
         lead, current = current_turn_bounds(messages)
-        if drops_nothing(messages[current:], ctx.completion_tools):
-            return messages[:lead] + messages[current:]
+        turn = messages[current:]
+        if drops_nothing(turn, ctx.completion_tools):
+            return messages[:lead] + turn
         # the current turn begins a group, so classifying it alone gives the kinds the whole list would
         kinds = classify(messages[current:], ctx.completion_tools)
         spans = [(0, lead)]
