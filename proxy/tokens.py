@@ -161,6 +161,29 @@ class TokenCounter:
             self._held.append(message)
         return count
 
+    def count_rewritten(self, rewrites: Iterable[tuple[Message, Message]], key: str) -> None:
+        """Remember the tokens of each ``(original, copy)``'s copy: ``original`` with another string at ``key``.
+
+        For a filter rewriting one string field of many messages (``last_n_observations``): a copy
+        costs two string look-ups instead of a walk. Each copy must have its original's keys and
+        values but for ``key`` (``{**original, key: text}``). Nothing is remembered outside a request
+        view, for an original this view has not counted, or when either value is not a ``str`` or
+        ``key`` is an annotation: such a copy is counted as usual when asked.
+        """
+        counted, strings = self._counted, self._strings
+        if counted is None or key in ANNOTATION_KEYS:
+            return
+        cache = strings.cache
+        for original, copy in rewrites:
+            tokens = counted.get(id(original))
+            old, new = original.get(key), copy.get(key)
+            if tokens is None or old.__class__ is not str or new.__class__ is not str:
+                continue
+            tokens -= cache[old] if old in cache else strings.tokenize(old)
+            tokens += cache[new] if new in cache else strings.tokenize(new)
+            counted[id(copy)] = tokens
+            self._held.append(copy)
+
     def messages(self, messages: Iterable[Message]) -> int:
         """Tokens of a whole request's messages, reply priming included."""
         listed = messages if isinstance(messages, (list, tuple)) else list(messages)

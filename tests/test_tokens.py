@@ -226,6 +226,28 @@ def test_a_message_changed_by_a_filter_is_a_new_object_and_is_counted_again() ->
     assert view.message(longer) > view.message(original)
 
 
+@settings(max_examples=60, deadline=None)
+@given(conversations(), st.sampled_from(["content", "name", "tool_call_id", "tags", "vendor"]), st.text(max_size=40))
+def test_a_rewritten_copy_counts_as_a_walk_over_it_counts(messages: list[Any], key: str, text: str) -> None:
+    """``count_rewritten`` (how last_n_observations' copies are counted) agrees with counting each copy."""
+    view = TokenCounters().for_request().get(model="gpt-4o")
+    view.each(messages)
+    copies = [{**m, key: text} for m in messages]
+    view.count_rewritten(zip(messages, copies, strict=True), key)
+    assert view.each(copies) == TokenCounters().get(model="gpt-4o").each(copies)
+
+
+def test_a_rewritten_copy_of_a_message_not_counted_yet_is_counted_when_asked() -> None:
+    view = TokenCounters().for_request().get(model="gpt-4o")
+    original = user("a short question")
+    copy_ = {**original, "content": "a much longer question than the one before it"}
+    view.count_rewritten([(original, copy_)], "content")
+    assert view.message(copy_) == TokenCounters().get(model="gpt-4o").message(copy_)
+    shared = TokenCounters().get(model="gpt-4o")
+    shared.count_rewritten([(original, copy_)], "content")  # outside a request view: nothing to remember
+    assert shared.message(copy_) == view.message(copy_)
+
+
 def test_every_request_gets_its_own_view_over_one_shared_string_cache() -> None:
     counters = TokenCounters()
     history = [system("You fix bugs."), user("The build fails."), assistant("Looking at it.")]

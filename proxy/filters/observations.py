@@ -192,17 +192,22 @@ class LastNObservations(Filter):
         by_count = elided_by_count(len(positions), self.n, self.polling)
         result = list(messages)
         notices = self._notices  # a private attribute is read through pydantic's __getattr__: once
+        rewrites: list[tuple[Message, Message]] = []
         for k, i in enumerate(positions):
             message = messages[i]
             if message.get("tags") is None:  # untagged, the usual case: the count alone decides
-                if k in by_count:
-                    result[i] = elided(message, notices)
-                continue
-            tags = tags_of(message)
-            removed = bool(tags & self.always_remove_output_for_tags)
-            kept = bool(tags & self.always_keep_output_for_tags)
-            if removed or (k in by_count and not kept):
-                result[i] = elided(message, notices)
+                if k not in by_count:
+                    continue
+            else:
+                tags = tags_of(message)
+                if not (tags & self.always_remove_output_for_tags) and (
+                    k not in by_count or tags & self.always_keep_output_for_tags
+                ):
+                    continue
+            result[i] = copy = elided(message, notices)
+            rewrites.append((message, copy))
+        # the request's counter learns each copy's tokens from its original's: no walk over the copies
+        ctx.tokens.get(model=ctx.model).count_rewritten(rewrites, "content")
         return result
 
 
