@@ -170,7 +170,8 @@ class Pipeline:
             t0 = time.perf_counter()
             try:
                 result = await self._apply(filter_, messages, ctx)
-                tokens_after = counter.messages(result)
+                # a filter that changed nothing hands back the same objects: the same count
+                tokens_after = tokens_now if _same_messages(result, messages) else counter.messages(result)
             except Exception as exc:  # noqa: BLE001 - a filter bug is answered per on_filter_error, never a traceback
                 # a filter fed an invalid list by an earlier one: the chain stops at the earlier one
                 failed = self._invalid_output(original, outputs, chain, mode) or self._raised(filter_, at, exc, mode)
