@@ -115,6 +115,21 @@ def _checked_side(counter: TokenCounter, messages: list[Any]) -> dict[str, Any]:
     return _side_of(messages, _by_role(messages, counts))  # type: ignore[arg-type]
 
 
+@dataclass(frozen=True)
+class _Resolved:
+    """A caller's chain as the config resolves it; shared by that caller's requests, never changed."""
+
+    chain: list[tuple[str, Filter]]
+    mode: PolicyMode
+    names: tuple[str, ...]
+    budgeted: tuple[Filter, ...]
+    """The filters that may enforce a token limit (their class overrides ``Filter.budget``)."""
+
+
+MAX_RESOLVED_CALLERS = 1024
+"""How many (role, tenant) pairs a pipeline remembers the chain of; role headers are the caller's to choose."""
+
+
 class Pipeline:
     """Runs the configured chains. One instance per loaded config; safe to share between requests."""
 
@@ -126,6 +141,22 @@ class Pipeline:
         # filter class -> whether it is awaited through apply_async (asking a pydantic model for a
         # missing attribute costs microseconds, on every filter of every request)
         self._awaited: dict[type[Filter], bool] = {}
+        self._resolved: dict[tuple[str, str | None], _Resolved] = {}  # the config is frozen: so are these
+
+    def resolve(self, role: str, tenant: str | None) -> _Resolved:
+        """The chain and mode of a caller (global, then tenant, then role), remembered per (role, tenant)."""
+        resolved = self._resolved.get((role, tenant))
+        if resolved is None:
+            chain = self.config.chain(role, tenant)
+            resolved = _Resolved(
+                chain=chain,
+                mode=self.config.mode(role, tenant),
+                names=tuple(f.type_name for _, f in chain),
+                budgeted=tuple(f for _, f in chain if type(f).budget is not Filter.budget),
+            )
+            if len(self._resolved) < MAX_RESOLVED_CALLERS:
+                self._resolved[(role, tenant)] = resolved
+        return resolved
 
     def context(
         self, identity: Identity, model: str, upstream: str | None, tokens: TokenCounters | None = None
@@ -158,8 +189,8 @@ class Pipeline:
         ctx = self.context(identity, str(model), upstream)
         counter = ctx.tokens.get(model=ctx.model)  # the request's view: each message object counted once
         before = _checked_side(counter, original)  # checks the messages too: filters then read them safely
-        chain = self.config.chain(identity.role, identity.tenant)
-        mode = self.config.mode(identity.role, identity.tenant)
+        resolved = self.resolve(identity.role, identity.tenant)
+        chain, mode = resolved.chain, resolved.mode
 
         messages = original
         outputs: list[list[Message]] = []  # every filter's output, to find the one that broke an invariant
@@ -202,7 +233,7 @@ class Pipeline:
             after = {**before, "tokens_by_role": dict(before["tokens_by_role"])}
         else:
             after = _side(counter, forwarded)
-        report = self._report(identity, ctx, before, after, outcomes, chain, failed)
+        report = self._report(identity, ctx, before, after, outcomes, resolved, failed)
         report["mode"] = mode
         filtered = forwarded
         if mode == "shadow":
@@ -283,7 +314,7 @@ class Pipeline:
         before: dict[str, Any],
         after: dict[str, Any],
         outcomes: list[FilterOutcome],
-        chain: list[tuple[str, Filter]],
+        resolved: _Resolved,
         failed: str | None,
     ) -> dict[str, Any]:
         report: dict[str, Any] = {
@@ -293,12 +324,12 @@ class Pipeline:
             "phase": identity.phase,
             "model": ctx.model,
             "upstream": ctx.upstream,
-            "chain": [f.type_name for _, f in chain],
+            "chain": list(resolved.names),
             "before": before,
             "after": after,
             "filters": [o.__dict__ for o in outcomes],
         }
-        limits = [b for _, f in chain if (b := f.budget()) is not None]
+        limits = [b for f in resolved.budgeted if (b := f.budget()) is not None]
         if limits:
             limit = min(limits)
             report["limit"] = {

@@ -272,6 +272,30 @@ def test_an_unchanged_chain_reports_the_same_figures_after_as_before_in_their_ow
     assert after["tokens_by_role"] != before["tokens_by_role"]
 
 
+def test_one_pipeline_gives_every_caller_its_own_chain_past_the_callers_it_remembers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("proxy.pipeline.MAX_RESOLVED_CALLERS", 2)
+    config = make_config(
+        global_=[Record(note="global")],
+        tenants={"team-a": [Record(note="tenant")]},
+        roles={"worker": [Record(note="role"), Budgeted(limit=10)], "manager": [Passthrough()]},
+    )
+    pipeline = Pipeline(config, TOKENS)
+    callers = [Identity(role="worker"), Identity(role="worker", tenant="team-a"), Identity(role="manager")]
+    expected = [
+        ["record", "record", "budgeted"],
+        ["record", "record", "record", "budgeted"],
+        ["record", "passthrough"],
+    ]
+    for _ in range(2):  # the second round from what the pipeline remembered (but the third caller)
+        for identity, chain in zip(callers, expected, strict=True):
+            report = asyncio.run(pipeline.run(body(), identity, "mock")).report
+            assert report["chain"] == chain
+            assert ("limit" in report) == (identity.role == "worker")
+            report["chain"].append("edited by a consumer")  # each report has its own list
+
+
 def test_a_budgeted_filter_adds_the_limit_block() -> None:
     outcome = run(make_config(roles={"worker": [Budgeted(limit=10), Budgeted(limit=100_000)]}), body())
     tokens = outcome.report["after"]["tokens"]
