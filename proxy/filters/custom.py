@@ -97,20 +97,20 @@ class Custom(Filter):
     @property
     def target(self) -> Any:
         """The loaded, configured instance."""
-        return self._target
+        return self.private("_target")
 
     def apply(self, messages: list[Message], ctx: FilterContext) -> list[Message]:
-        return self._checked(self._target.apply(messages, ctx))
+        return self._checked(self.private("_target").apply(messages, ctx))
 
     async def apply_async(self, messages: list[Message], ctx: FilterContext) -> list[Message]:
         """Await the loaded class's ``apply_async`` when it has one, else call :meth:`apply`."""
-        target_async = getattr(self._target, "apply_async", None)
+        target_async = getattr(self.private("_target"), "apply_async", None)
         if target_async is not None and inspect.iscoroutinefunction(target_async):
             return self._checked(await target_async(messages, ctx))
         return self.apply(messages, ctx)
 
     def budget(self) -> int | None:
-        target_budget = getattr(self._target, "budget", None)
+        target_budget = getattr(self.private("_target"), "budget", None)
         limit = target_budget() if callable(target_budget) else None
         return limit if isinstance(limit, int) else None
 

@@ -191,8 +191,7 @@ class LastNObservations(Filter):
         positions = observation_positions(messages)
         by_count = elided_by_count(len(positions), self.n, self.polling)
         result = list(messages)
-        # not self._notices: pydantic answers that through __getattr__ and a raised AttributeError (~10 us)
-        notices: NoticeMemo = self.__pydantic_private__["_notices"]  # type: ignore[index]
+        notices: NoticeMemo = self.private("_notices")
         rewrites: list[tuple[Message, Message]] = []
         for k, i in enumerate(positions):
             message = messages[i]

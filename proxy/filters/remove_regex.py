@@ -49,7 +49,7 @@ class RemoveRegex(Filter):
 
     def cleaned(self, text: str) -> str:
         """``text`` with every pattern's matches deleted, pattern after pattern."""
-        for pattern in self._patterns:
+        for pattern in self.private("_patterns"):
             text = pattern.sub("", text)
         return text
 
