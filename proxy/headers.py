@@ -39,24 +39,6 @@ def _end_to_end(headers: Sequence[tuple[str, str]], also_drop: frozenset[str]) -
     return kept
 
 
-def request_headers(
-    client_headers: Sequence[tuple[str, str]], upstream: UpstreamConfig, *, client_auth_is_proxy_key: bool
-) -> list[tuple[str, str]]:
-    """Headers to send upstream: end-to-end client headers, the right Authorization, identity encoding.
-
-    The upstream's own key replaces the client's Authorization. A client Authorization that carries
-    a proxy key (``auth.keys`` configured) is never forwarded.
-    """
-    out = _end_to_end(client_headers, NOT_FORWARDED)
-    if upstream.key is not None:
-        out.append(("authorization", f"Bearer {upstream.key}"))
-    elif not client_auth_is_proxy_key:
-        out += [(n.lower(), v) for n, v in client_headers if n.lower() == "authorization"]
-    # raw bytes are streamed back as they are; identity keeps them readable for the proxy's own errors
-    out.append(("accept-encoding", "identity"))
-    return out
-
-
 def response_headers(headers: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
     """End-to-end upstream response headers to return (Content-Encoding kept: the bytes are raw)."""
     return _end_to_end(headers, NOT_RETURNED)
@@ -78,8 +60,15 @@ def wire_request_headers(
     *,
     client_auth_is_proxy_key: bool,
 ) -> list[tuple[bytes, bytes]]:
-    """:func:`request_headers` in one pass, as latin-1 bytes (the server decoded them as latin-1):
-    ``authorization`` is :func:`upstream_authorization` of the upstream, computed once per config."""
+    """Headers to send upstream, as latin-1 bytes (the server decoded them as latin-1), in one pass.
+
+    End-to-end client headers in order (hop-by-hop, the ones a ``Connection`` header names,
+    ``Proxy-*``, Host, Content-Length and Accept-Encoding dropped), then the Authorization, then
+    ``accept-encoding: identity`` (raw bytes are relayed; identity keeps the proxy's own errors
+    readable). ``authorization`` is :func:`upstream_authorization` of the upstream, computed once
+    per config: the upstream's own key replaces the client's; without one the client's passes,
+    unless it carries a proxy key (``auth.keys`` configured).
+    """
     kept: list[tuple[str, str]] = []
     client_auth: list[str] = []
     named: set[str] | None = None
@@ -106,11 +95,6 @@ def wire_request_headers(
 
 
 def decode_headers(raw: Sequence[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
-    """Raw answer headers as text, names lowercased, decoded as httpx does: ASCII, else UTF-8, else
-    Latin-1, one encoding chosen for all of them."""
-    for encoding in ("ascii", "utf-8"):
-        try:
-            return [(name.lower().decode(encoding), value.decode(encoding)) for name, value in raw]
-        except UnicodeDecodeError:
-            pass
+    """Raw answer headers as text, names lowercased, decoded as latin-1: one character per byte,
+    so encoding them back as latin-1 relays exactly the bytes the upstream sent."""
     return [(name.lower().decode("latin-1"), value.decode("latin-1")) for name, value in raw]

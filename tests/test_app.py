@@ -164,6 +164,17 @@ async def test_a_stream_that_breaks_mid_way_ends_with_an_in_band_error(mocked: r
     assert events[-1] == "[DONE]"
 
 
+async def test_upstream_headers_outside_latin_1_reach_the_client_byte_for_byte(mocked: respx.MockRouter) -> None:
+    euro = "price in \u20ac".encode()  # UTF-8 bytes beyond latin-1: once a 500 (decoded, then re-encoded)
+    mocked.post(f"{MAIN}/chat/completions").mock(
+        return_value=httpx.Response(200, json=COMPLETION, headers=[(b"x-note", euro)])
+    )
+    async with serve(make_config()) as client:
+        response = await client.post("/v1/chat/completions", json=chat())
+    assert response.status_code == 200
+    assert dict(response.headers.raw)[b"x-note"] == euro
+
+
 @pytest.mark.parametrize("status", [429, 500, 503])
 async def test_upstream_errors_keep_their_status_body_and_headers(
     mocked: respx.MockRouter, status: int

@@ -12,9 +12,9 @@ import httpx
 import pytest
 import respx
 
-from proxy.config import Config, parse_config
+from proxy.config import Config, UpstreamConfig, parse_config
 from proxy.errors import UpstreamTimeoutError, UpstreamUnavailableError
-from proxy.headers import request_headers
+from proxy.headers import upstream_authorization, wire_request_headers
 from proxy.upstream import Upstreams, response_headers, retry_after_s
 
 pytestmark = pytest.mark.anyio
@@ -85,6 +85,16 @@ async def test_the_upstream_gets_no_http_library_headers_the_caller_did_not_send
     sent = route.calls[0].request.headers
     assert "user-agent" not in sent  # no "python-httpx/..." in the upstream's logs for our callers
     assert (sent["content-type"], sent["accept-encoding"]) == ("application/json", "identity")
+
+
+def request_headers(
+    client_headers: list[tuple[str, str]], upstream: UpstreamConfig, *, client_auth_is_proxy_key: bool
+) -> list[tuple[str, str]]:
+    """What goes upstream for these client headers, as text."""
+    sent = wire_request_headers(
+        client_headers, upstream_authorization(upstream), client_auth_is_proxy_key=client_auth_is_proxy_key
+    )
+    return [(name.decode("latin-1"), value.decode("latin-1")) for name, value in sent]
 
 
 def test_hop_by_hop_host_and_length_headers_are_not_forwarded() -> None:
