@@ -35,7 +35,7 @@ from proxy.errors import FilterError, NotFoundError, ProxyError, error_body
 from proxy.guard import CLIENT_CLOSED, RequestGuard
 from proxy.identity import Identity, resolve_identity
 from proxy.metrics import Exchange, Metrics, request_id_for
-from proxy.pipeline import Pipeline
+from proxy.pipeline import Pipeline, PipelineResult
 from proxy.reload import Reloader, ServesState, ServingState, StateSwitch, authorize_admin, reload_on_sighup
 from proxy.report_headers import history_headers
 from proxy.request_body import capped_stream, encode_json, has_body, model_of, parse_body, read_body
@@ -120,22 +120,35 @@ class _Proxy(ServesState):
     async def chat_completions(self, call: Call) -> Answer:
         exchange = self.begin(call)
         identity = self.identify(call, exchange)
+        names, forwarded, result = await self._shaped(call, exchange, identity)
+        reply = await self._open(call, exchange, "/chat/completions", names, forwarded)
+        return await self._respond(reply, exchange, history_headers(result, identity.role))
+
+    async def _shaped(self, call: Call, exchange: Exchange, identity: Identity) -> tuple[list[str], Body, PipelineResult]:
+        """The upstreams to try, the filtered body (encoded) and what the chain did.
+
+        Only the encoded body and the chain's figures outlive this call: the parsed messages are
+        freed before the upstream is reached (in a burst, thousands of requests wait there at
+        once), unless a fallback upstream places other cache marks and needs the chain run again.
+        """
         body = parse_body(await read_body(call.headers, call.stream(), self.config.limits.max_body_bytes))
         names = self._route(body, exchange)
         exchange.stream = body.get("stream") is True
         if self.config.log_bodies:
             exchange.body = body
-        result = exchange.result = await self.pipeline.run(body, identity, names[0])
+        result = await self.pipeline.run(body, identity, names[0])
         content = encode_json(result.body)
+        kept = exchange.result = result.without_messages()
         marks = self.config.upstreams[names[0]].cache_control
+        if all(self.config.upstreams[name].cache_control == marks for name in names[1:]):
+            return names, content, kept
 
         async def body_for(name: str) -> bytes:
             if self.config.upstreams[name].cache_control == marks:
                 return content
             return encode_json((await self.pipeline.run(body, identity, name)).body)  # other cache marks
 
-        reply = await self._open(call, exchange, "/chat/completions", names, body_for)
-        return await self._respond(reply, exchange, history_headers(result, identity.role))
+        return names, body_for, kept
 
     async def preview(self, request: Request) -> Response:
         call = Call.of(request)

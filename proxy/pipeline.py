@@ -18,7 +18,7 @@ import inspect
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from operator import is_
 from typing import Any
 
@@ -72,6 +72,10 @@ class PipelineResult:
     """What the chain sends in ``enforce`` mode (annotations stripped, cache marks placed)."""
     tokens_forwarded: int = 0
     messages_forwarded: int = 0
+
+    def without_messages(self) -> PipelineResult:
+        """The figures and report alone: what a request keeps once its body is encoded."""
+        return replace(self, body={}, filtered_messages=[])
 
 
 def tokens_by_role(counter: TokenCounter, messages: Sequence[Message]) -> dict[str, int]:

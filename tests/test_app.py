@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -249,6 +250,50 @@ async def test_a_client_leaving_mid_stream_closes_the_upstream_answer(
     access = [json.loads(r.getMessage()) for r in caplog.records if r.name == "history_proxy.access"]
     assert [line["status"] for line in access] == [499]
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []  # not a bug
+
+
+def lists_holding(content: str) -> int:
+    """Live lists holding a message dict whose content is ``content`` (parsed messages, not bytes)."""
+    return sum(
+        1
+        for o in gc.get_objects()
+        if isinstance(o, list) and any(isinstance(m, dict) and m.get("content") == content for m in o)
+    )
+
+
+@pytest.mark.parametrize("fallback_marks", [False, True])
+async def test_a_request_waiting_for_its_upstream_holds_its_body_encoded_not_parsed(
+    mocked: respx.MockRouter, fallback_marks: bool
+) -> None:
+    """In a burst, thousands of requests wait for the upstream at once: each keeps bytes, not messages.
+
+    The parsed messages are kept only when a fallback upstream places other cache marks, for the
+    chain to run again if the request falls back to it.
+    """
+    marker = f"MARKER-{fallback_marks}-" + "q" * 64
+    held: list[int] = []
+
+    async def upstream(request: httpx.Request) -> httpx.Response:
+        assert marker in request.content.decode()
+        held.append(lists_holding(marker))
+        return httpx.Response(200, json=COMPLETION)
+
+    mocked.post(f"{MAIN}/chat/completions").mock(side_effect=upstream)
+    config = make_config(
+        upstreams={
+            "main": {"base_url": MAIN, "retries": 0},
+            "claude": {"base_url": CLAUDE, "retries": 0, "cache_control": fallback_marks},
+        },
+        routes=[{"model": "*", "upstream": "main", "fallbacks": ["claude"]}],
+        limits={"max_body_bytes": 1 << 20},
+    )
+    async with serve(config) as client:
+        content = json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": marker}]}).encode()
+        response = await client.post(
+            "/v1/chat/completions", content=content, headers={"content-type": "application/json"}
+        )
+    assert response.status_code == 200
+    assert held == [1 if fallback_marks else 0]
 
 
 # --- our own errors --------------------------------------------------------------------------
