@@ -108,51 +108,10 @@ class Runner:
     pinning: str = "none"
 
     def start(self) -> None:
-        available = procs.cores()
-        proxy_cpus = client_cpus = None
-        if len(available) >= 2 and not self.args.no_pin:
-            proxy_cpus, client_cpus = {available[0]}, set(available[1:])
-            procs.pin(0, client_cpus)
-            self.pinning = (
-                f"proxy and peers on CPU {available[0]}; load generator and upstream on {sorted(client_cpus)}"
-            )
-        upstream = self._upstream("upstream", self.args.chunks, self.args.chunk_delay_ms, client_cpus)
-        self.upstream_port = upstream[1]
-        slow = self._upstream(
-            "slow-upstream", self.args.slow_chunks, self.args.slow_chunk_delay_ms, client_cpus
-        )
-        self.slow_port = slow[1]
-        config_path = self.workdir / "bench-config.yaml"
-        config = proxy_config(self.upstream_port, self.slow_port)
-        from proxy.config import ConfigError, parse_config
-
-        try:
-            parse_config(config)  # stop here, with the proxy's own message, before anything is measured
-        except ConfigError as exc:
-            raise SystemExit(f"the proxy rejects the benchmark config: {exc}") from None
-        config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        proxy_cpus, upstream = self.start_upstreams()
         self.proxy_port = procs.free_port()
-        command = [
-            sys.executable,
-            "-m",
-            "proxy",
-            "serve",
-            "--config",
-            str(config_path),
-            "--host",
-            procs.LOOPBACK,
-            "--port",
-            str(self.proxy_port),
-            "--workers",
-            str(self.args.workers),
-            "--log-level",
-            self.args.proxy_log_level,
-        ]
-        proxy = self.stack.enter_context(
-            procs.running(procs.start("proxy", command, self.workdir, cpus=proxy_cpus, cwd=ROOT))
-        )
-        procs.wait_ready(proxy, self.proxy_port, "/healthz")
-        self.targets.append((Target(DIRECT, procs.LOOPBACK, self.upstream_port), None, upstream[0]))
+        proxy = self.start_proxy("proxy", self.proxy_port, ROOT, proxy_cpus)
+        self.targets.append((Target(DIRECT, procs.LOOPBACK, self.upstream_port), None, upstream))
         for chain, spec in CHAINS.items():
             if chain in self.args.chains:
                 target = Target(
@@ -168,6 +127,65 @@ class Runner:
                 self.args.peers, self.upstream_port, self.workdir, self.stack, proxy_cpus
             ):
                 self.targets.append((target, None, started))
+
+    def start_upstreams(self) -> tuple[set[int] | None, procs.Started]:
+        """Pin, start both mock upstreams and write the proxy config; returns the proxy's cores and
+        the main upstream."""
+        available = procs.cores()
+        proxy_cpus = client_cpus = None
+        if len(available) >= 2 and not self.args.no_pin:
+            proxy_cpus, client_cpus = {available[0]}, set(available[1:])
+            procs.pin(0, client_cpus)
+            self.pinning = (
+                f"proxy and peers on CPU {available[0]}; load generator and upstream on {sorted(client_cpus)}"
+            )
+        upstream = self._upstream("upstream", self.args.chunks, self.args.chunk_delay_ms, client_cpus)
+        self.upstream_port = upstream[1]
+        slow = self._upstream(
+            "slow-upstream", self.args.slow_chunks, self.args.slow_chunk_delay_ms, client_cpus
+        )
+        self.slow_port = slow[1]
+        config = proxy_config(self.upstream_port, self.slow_port)
+        from proxy.config import ConfigError, parse_config
+
+        try:
+            parse_config(config)  # stop here, with the proxy's own message, before anything is measured
+        except ConfigError as exc:
+            raise SystemExit(f"the proxy rejects the benchmark config: {exc}") from None
+        self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        return proxy_cpus, upstream[0]
+
+    @property
+    def config_path(self) -> Path:
+        return self.workdir / "bench-config.yaml"
+
+    def proxy_command(self, port: int) -> list[str]:
+        """``python -m proxy serve`` on ``port`` with the bench config (started in a tree: that tree's)."""
+        return [
+            sys.executable,
+            "-m",
+            "proxy",
+            "serve",
+            "--config",
+            str(self.config_path),
+            "--host",
+            procs.LOOPBACK,
+            "--port",
+            str(port),
+            "--workers",
+            str(self.args.workers),
+            "--log-level",
+            self.args.proxy_log_level,
+        ]
+
+    def start_proxy(self, name: str, port: int, tree: Path, cpus: set[int] | None) -> procs.Started:
+        """The proxy of ``tree`` (its own ``proxy`` package) on ``port``, until the runner's stack closes."""
+        command = self.proxy_command(port)
+        started = self.stack.enter_context(
+            procs.running(procs.start(name, command, self.workdir, cpus=cpus, cwd=tree))
+        )
+        procs.wait_ready(started, port, "/healthz")
+        return started
 
     def _floor(self, cpus: set[int] | None) -> tuple[Target, str | None, procs.Started]:
         """``bench/floor.py`` served as the proxy is (one uvicorn worker, same loop and parser)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import os
 import sys
@@ -110,6 +111,30 @@ def test_the_floor_forwards_whole_and_streamed_answers_from_the_upstream(
         request = build_request(direct, b'{"stream": true}')
         one = asyncio.run(run_load(direct, [request], concurrency=1, max_requests=1, max_seconds=5))
         assert result.body_bytes == 6 * one.body_bytes  # every streamed byte relayed
+
+
+def test_compare_runs_two_trees_interleaved_and_measures_memory_with_fresh_proxies(tmp_path: Path) -> None:
+    from bench.compare import main as compare
+
+    argv = [str(ROOT), str(ROOT), "--cells", "20-nonstream-c1", "--chains", "passthrough", "--seconds", "0.2"]
+    argv += ["--memory", "1", "--slow-streams", "8", "--slow-chunk-delay-ms", "5", "--no-pin"]
+    assert compare([*argv, "--results", str(tmp_path)]) == 0
+    (written,) = tmp_path.glob("compare-*.json")
+    result = json.loads(written.read_text())
+    assert result["order"] == "old new new old old new"
+    (row,) = result["rows"]
+    assert (row["cell"], row["chain"]) == ("20-nonstream-c1", "passthrough")
+    for tree in ("old", "new"):
+        assert row[tree]["segments"] == 3 and row[tree]["errors"] == 0 and row[tree]["rps"] > 0
+        (run,) = result["memory"][tree]
+        assert (run["ok"], run["errors"]) == (8, 0) and run["rss_peak_mb"] > 10
+
+
+def test_compare_refuses_a_directory_without_the_project(tmp_path: Path) -> None:
+    from bench.compare import main as compare
+
+    with pytest.raises(SystemExit):
+        compare([str(ROOT), str(tmp_path)])
 
 
 def test_loadgen_counts_an_unreachable_target_as_errors_not_latencies() -> None:

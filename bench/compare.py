@@ -1,0 +1,203 @@
+"""Two trees of the proxy in one run: one upstream, segments interleaved, so drift cancels.
+
+``python -m bench.compare OLD NEW [--cells 20-nonstream-c64 100-nonstream-c1] [--chains worker]
+[--seconds 3] [--rounds 1] [--memory 3] [--slow-streams 1000]``
+
+OLD and NEW are directories holding the project, e.g. ``git worktree add /tmp/old <commit>``. Each
+proxy runs from its own tree with this interpreter (``python -m proxy`` imports the ``proxy``
+package of the directory it starts in) and serves the benchmark config of ``bench.run``, pinned to
+the proxy core, against one fast upstream on the other core. Per cell and chain, every round runs
+old, new, new, old, old, new segments (each after a short warm-up); the table gives per tree the
+medians of throughput, p50 latency and the proxy's CPU per request. ``--memory K`` also measures
+the slow-streams memory figure K times per tree, a fresh proxy each time, trees alternating (peak:
+the larger of the sampled RSS and the process's VmHWM). It prints a markdown table and writes
+``bench/results/compare-<UTC stamp>.json``.
+
+This machine's speed drifts between minutes; only figures of one run, interleaved, compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import procs
+from bench.bodies import encode, synthetic_body
+from bench.fast_upstream import run_fast
+from bench.loadgen import Target, build_request, run_load
+from bench.report import RESULTS_DIR, jsonable
+from bench.run import CHAINS, SLOW_MODEL, Runner, build_parser, select_cells
+
+ORDER = (0, 1, 1, 0, 0, 1)
+"""Segments of one round, by tree: old new new old old new."""
+TREES = ("old", "new")
+WARMUP_REQUESTS = 300
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("old", type=Path, help="the tree measured first (a checkout of the project)")
+    parser.add_argument("new", type=Path, help="the tree compared with it")
+    parser.add_argument(
+        "--cells", nargs="+", default=["20-nonstream-c64", "100-nonstream-c1"], metavar="GLOB"
+    )
+    parser.add_argument("--chains", nargs="+", choices=sorted(CHAINS), default=["worker", "passthrough"])
+    parser.add_argument("--seconds", type=float, default=3.0, help="seconds per segment")
+    parser.add_argument("--rounds", type=int, default=1, help="rounds of old new new old old new")
+    parser.add_argument("--memory", type=int, default=0, help="slow-streams memory runs per tree")
+    parser.add_argument("--slow-streams", type=int, default=1000, help="concurrent streams per memory run")
+    parser.add_argument("--slow-chunk-delay-ms", type=float, default=500.0)
+    parser.add_argument("--no-pin", action="store_true", help="do not pin processes to cores")
+    parser.add_argument("--results", type=Path, default=RESULTS_DIR)
+    args = parser.parse_args(argv)
+    for tree in (args.old, args.new):
+        if not (tree / "proxy" / "__main__.py").is_file():
+            parser.error(f"{tree} does not hold the project (no proxy/__main__.py)")
+    return args
+
+
+def runner_args(args: argparse.Namespace) -> argparse.Namespace:
+    """``bench.run``'s settings with this run's segment length and slow-stream pacing."""
+    settings = build_parser().parse_args(["--no-pin"] if args.no_pin else [])
+    settings.duration = args.seconds
+    settings.slow_chunk_delay_ms = args.slow_chunk_delay_ms
+    return settings
+
+
+async def throughput(
+    runner: Runner, ports: list[int], started: list[procs.Started], args: argparse.Namespace
+) -> list[dict[str, Any]]:
+    """Each cell and chain: segments of both proxies in the order :data:`ORDER`, medians per tree."""
+    rows = []
+    for cell in select_cells(args.cells):
+        for chain in args.chains:
+            spec = CHAINS[chain]
+            body = encode(synthetic_body(cell.messages, stream=cell.stream, model=spec["model"]))
+            targets = [
+                Target(f"{tree}/{chain}", procs.LOOPBACK, port, headers=spec["headers"])
+                for tree, port in zip(TREES, ports, strict=True)
+            ]
+            requests = [build_request(target, body) for target in targets]
+            segments: list[list[dict[str, Any]]] = [[], []]
+            for _ in range(args.rounds):
+                for index in ORDER:
+                    target, request, proxy = targets[index], requests[index], started[index]
+                    await run_load(
+                        target,
+                        [request],
+                        concurrency=cell.concurrency,
+                        max_requests=WARMUP_REQUESTS,
+                        max_seconds=0.5,
+                        timeout_s=30,
+                    )
+                    pids = procs.descendants(proxy.process.pid)
+                    summary = await runner.segment(target, request, proxy, pids, cell.concurrency, warmup=0)
+                    segments[index].append(summary)
+            row = {"cell": cell.id, "chain": chain}
+            for tree, runs in zip(TREES, segments, strict=True):
+                row[tree] = {
+                    "rps": statistics.median(s["throughput_rps"] for s in runs),
+                    "p50_ms": statistics.median(s["p50_ms"] for s in runs),
+                    "cpu_ms_per_request": statistics.median(s["cpu_ms_per_request"] for s in runs),
+                    "errors": sum(s["errors"] for s in runs),
+                    "segments": len(runs),
+                }
+            rows.append(row)
+            print(format_row(row), flush=True)
+    return rows
+
+
+async def memory(
+    runner: Runner, trees: list[Path], cpus: set[int] | None, args: argparse.Namespace
+) -> dict[str, list[dict[str, Any]]]:
+    """Peak RSS of ``--slow-streams`` concurrent streams, a fresh proxy per run, trees alternating."""
+    spec = CHAINS["worker"]
+    warm_body = encode(synthetic_body(20, stream=False, model=spec["model"]))
+    slow_body = encode(synthetic_body(20, stream=True, model=SLOW_MODEL))
+    peaks: dict[str, list[dict[str, Any]]] = {tree: [] for tree in TREES}
+    for run in range(args.memory):
+        order = (0, 1) if run % 2 == 0 else (1, 0)
+        for index in order:
+            port = procs.free_port()
+            command = runner.proxy_command(port)
+            name = f"proxy-{TREES[index]}-memory-{run}"
+            proxy = procs.start(name, command, runner.workdir, cpus=cpus, cwd=trees[index])
+            with procs.running(proxy) as started:
+                procs.wait_ready(started, port, "/healthz")
+                target = Target(f"{TREES[index]}/slow", procs.LOOPBACK, port, headers=spec["headers"])
+                warm = build_request(target, warm_body)
+                await run_load(
+                    target, [warm], concurrency=8, max_requests=WARMUP_REQUESTS, max_seconds=2, timeout_s=30
+                )
+                pids = procs.descendants(started.process.pid)
+                count = args.slow_streams
+                request = build_request(target, slow_body)
+                summary = await runner.segment(
+                    target, request, started, pids, count, warmup=0, max_requests=count
+                )
+                peak_kb = max(summary["rss_peak_kb"], procs.memory_kb(pids, "VmHWM"))
+                peaks[TREES[index]].append(
+                    {"rss_peak_mb": peak_kb / 1024, "ok": summary["ok"], "errors": summary["errors"]}
+                )
+        figures = ", ".join(f"{tree} {peaks[tree][-1]['rss_peak_mb']:.0f} MB" for tree in TREES)
+        print(f"memory run {run + 1}: {figures}", flush=True)
+    return peaks
+
+
+def format_row(row: dict[str, Any]) -> str:
+    cells = [f"{row['cell']} {row['chain']}"]
+    for tree in TREES:
+        figures = row[tree]
+        cells.append(
+            f"{figures['rps']:.0f} rps, p50 {figures['p50_ms']:.2f} ms, "
+            f"CPU {figures['cpu_ms_per_request']:.3f} ms, {figures['errors']} errors"
+        )
+    return "| " + " | ".join(cells) + " |"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    settings = runner_args(args)
+    procs.raise_fd_limit(4 * max(args.slow_streams, 64) + 256)
+    trees = [args.old.resolve(), args.new.resolve()]
+    began = time.time()
+    with procs.terminate_on_sigterm(), contextlib.ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="history-proxy-compare-")))
+        runner = Runner(settings, workdir, stack)
+        cpus, _ = runner.start_upstreams()
+        ports = [procs.free_port() for _ in trees]
+        started = [
+            runner.start_proxy(f"proxy-{tree}", port, path, cpus)
+            for tree, port, path in zip(TREES, ports, trees, strict=True)
+        ]
+        print(f"old: {trees[0]}\nnew: {trees[1]}\n{runner.pinning}\n", flush=True)
+        print("| cell, chain | old | new |\n|---|---|---|", flush=True)
+        rows = run_fast(throughput(runner, ports, started, args))
+        peaks = run_fast(memory(runner, trees, cpus, args)) if args.memory > 0 else {}
+    result = {
+        "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(began)),
+        "trees": {"old": str(trees[0]), "new": str(trees[1])},
+        "order": " ".join(TREES[i] for i in ORDER),
+        "pinning": runner.pinning,
+        "segment_seconds": args.seconds,
+        "rounds": args.rounds,
+        **procs.machine_description(trees[1]),
+        "commits": {tree: procs.machine_description(path).get("commit") for tree, path in zip(TREES, trees)},
+        "rows": rows,
+        "memory": peaks,
+    }
+    args.results.mkdir(parents=True, exist_ok=True)
+    path = args.results / f"compare-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(began))}.json"
+    path.write_text(json.dumps(jsonable(result), indent=2) + "\n")
+    print(f"\nwrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
