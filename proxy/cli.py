@@ -70,6 +70,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from proxy.logs import logging_config
 
     os.environ[CONFIG_ENV] = str(config_path.resolve())
+    if args.workers > 1:  # an admin reload in one worker restarts them all through this process
+        from proxy.reload import SUPERVISOR_ENV
+
+        os.environ[SUPERVISOR_ENV] = str(os.getpid())
     metrics_dir = _share_metrics_between_workers(args.workers)
     upstream = config.upstreams[config.default_upstream]
     target = "built-in mock" if upstream.is_mock else upstream.base_url

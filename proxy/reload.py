@@ -8,6 +8,9 @@ so a request runs to its end on the state it started with while new requests get
 
 :class:`Reloader` re-reads the file the app was started with. A file that does not validate is
 refused with every located error in the log (and in the admin answer); the old state keeps serving.
+Under ``serve --workers N`` an admin reload that validated in the worker answering it asks the
+supervisor to replace every worker, one at a time, as ``SIGHUP`` to the supervisor does: each new
+worker reads the file again, so no worker keeps serving the old config.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -29,6 +33,15 @@ from proxy.pipeline import Pipeline
 from proxy.upstream import Upstreams
 
 log = logging.getLogger("history_proxy")
+
+SUPERVISOR_ENV = "HISTORY_PROXY_SUPERVISOR"
+"""Set by ``serve --workers N`` (N > 1) to its own pid, the uvicorn supervisor its workers inherit it from."""
+
+
+def supervisor_pid() -> int | None:
+    """The pid of the ``serve --workers N`` supervisor when this process is one of its workers."""
+    value = os.environ.get(SUPERVISOR_ENV, "")
+    return int(value) if value.isdigit() and int(value) == os.getppid() else None
 
 
 @dataclass(frozen=True)
@@ -154,7 +167,17 @@ class Reloader:
                 + "; ".join(exc.errors),
                 code="invalid_config",
             ) from None
-        return {"status": "reloaded", "generation": self.switch.latest.generation, "config": summary(config)}
+        answer: dict[str, Any] = {
+            "status": "reloaded",
+            "generation": self.switch.latest.generation,
+            "config": summary(config),
+        }
+        supervisor = supervisor_pid()
+        if supervisor is not None:  # the other workers would keep the old config: uvicorn replaces them all
+            os.kill(supervisor, signal.SIGHUP)
+            answer["workers"] = "restarting"
+            log.info("asked the supervisor (pid %d) to replace every worker with one reading the file", supervisor)
+        return answer
 
 
 def authorize_admin(config: Config, headers: Mapping[str, str]) -> str:

@@ -365,3 +365,57 @@ def test_sighup_reloads_a_running_serve_process(tmp_path: Path) -> None:
         server.terminate()
         server.wait(timeout=10)
         log.close()
+
+
+def test_admin_reload_reaches_every_worker_of_serve_with_several_workers(tmp_path: Path) -> None:
+    """Under ``--workers 2`` the worker answering the admin call has the supervisor replace them all."""
+    path = tmp_path / "proxy.yaml"
+    write(path, config_doc(base_url="mock://", worker=[]))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "HISTORY_PROXY_CONFIG", "PROMETHEUS_MULTIPROC_DIR")
+    }
+    log = (tmp_path / "serve.log").open("wb")
+    command = [sys.executable, "-m", "proxy", "serve", "--config", str(path), "--port", str(port), "--workers", "2"]
+    server = subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    def filters() -> str:  # a fresh connection each time: the kernel spreads them over the workers
+        answer = httpx.post(
+            f"{url}/v1/chat/completions", json=chat(), headers={**TEAM, "x-agent-role": "worker"}, timeout=10
+        )
+        assert answer.status_code == 200
+        return answer.headers["x-history-filters"]
+
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert server.poll() is None, (tmp_path / "serve.log").read_text()
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            assert time.monotonic() < deadline, "serve did not start"
+            time.sleep(0.1)
+        assert {filters() for _ in range(8)} == {""}
+        write(path, config_doc(base_url="mock://", worker=TRUNCATING))
+        answer = httpx.post(f"{url}/admin/reload", headers=ADMIN, timeout=10)
+        assert answer.status_code == 200 and answer.json()["workers"] == "restarting"
+        deadline = time.monotonic() + 60
+        in_a_row = 0
+        while in_a_row < 20:  # every worker now serves the new file
+            assert time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
+            in_a_row = in_a_row + 1 if filters() == "tool_result_truncation" else 0
+            time.sleep(0.02)
+        assert server.poll() is None
+        started = (tmp_path / "serve.log").read_text().count("Started server process")
+        assert started == 4, "both workers replaced, each once"
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=20)
+        log.close()
