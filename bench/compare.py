@@ -125,11 +125,8 @@ async def memory(
         order = (0, 1) if run % 2 == 0 else (1, 0)
         for index in order:
             port = procs.free_port()
-            command = runner.proxy_command(port)
             name = f"proxy-{TREES[index]}-memory-{run}"
-            proxy = procs.start(name, command, runner.workdir, cpus=cpus, cwd=trees[index])
-            with procs.running(proxy) as started:
-                procs.wait_ready(started, port, "/healthz")
+            with runner.proxy_running(name, port, trees[index], cpus) as started:
                 target = Target(f"{TREES[index]}/slow", procs.LOOPBACK, port, headers=spec["headers"])
                 warm = build_request(target, warm_body)
                 await run_load(
@@ -180,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         print("| cell, chain | old | new |\n|---|---|---|", flush=True)
         rows = run_fast(throughput(runner, ports, started, args))
         peaks = run_fast(memory(runner, trees, cpus, args)) if args.memory > 0 else {}
+    described = {tree: procs.machine_description(path) for tree, path in zip(TREES, trees, strict=True)}
     result = {
         "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(began)),
         "trees": {"old": str(trees[0]), "new": str(trees[1])},
@@ -187,8 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         "pinning": runner.pinning,
         "segment_seconds": args.seconds,
         "rounds": args.rounds,
-        **procs.machine_description(trees[1]),
-        "commits": {tree: procs.machine_description(path).get("commit") for tree, path in zip(TREES, trees)},
+        **described["new"],
+        "commits": {tree: description.get("commit") for tree, description in described.items()},
         "rows": rows,
         "memory": peaks,
     }

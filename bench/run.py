@@ -17,7 +17,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -178,14 +178,19 @@ class Runner:
             self.args.proxy_log_level,
         ]
 
-    def start_proxy(self, name: str, port: int, tree: Path, cpus: set[int] | None) -> procs.Started:
-        """The proxy of ``tree`` (its own ``proxy`` package) on ``port``, until the runner's stack closes."""
+    @contextlib.contextmanager
+    def proxy_running(
+        self, name: str, port: int, tree: Path, cpus: set[int] | None
+    ) -> Iterator[procs.Started]:
+        """The proxy of ``tree`` (its own ``proxy`` package) on ``port``, ready, stopped on exit."""
         command = self.proxy_command(port)
-        started = self.stack.enter_context(
-            procs.running(procs.start(name, command, self.workdir, cpus=cpus, cwd=tree))
-        )
-        procs.wait_ready(started, port, "/healthz")
-        return started
+        with procs.running(procs.start(name, command, self.workdir, cpus=cpus, cwd=tree)) as started:
+            procs.wait_ready(started, port, "/healthz")
+            yield started
+
+    def start_proxy(self, name: str, port: int, tree: Path, cpus: set[int] | None) -> procs.Started:
+        """:meth:`proxy_running` until the runner's stack closes."""
+        return self.stack.enter_context(self.proxy_running(name, port, tree, cpus))
 
     def _floor(self, cpus: set[int] | None) -> tuple[Target, str | None, procs.Started]:
         """``bench/floor.py`` served as the proxy is (one uvicorn worker, same loop and parser)."""

@@ -317,30 +317,20 @@ def test_the_reload_log_never_shows_secrets(tmp_path: Path, caplog: pytest.LogCa
     assert TEAM_KEY not in caplog.text and ADMIN_KEY not in caplog.text
 
 
-def test_sighup_reloads_a_running_serve_process(tmp_path: Path) -> None:
-    """The real command: ``history-proxy serve`` picks up the edited file on SIGHUP."""
-    path = tmp_path / "proxy.yaml"
-    write(path, {"upstreams": {"mock": {"base_url": "mock://"}}, "policies": {"roles": {"worker": []}}})
+@contextlib.contextmanager
+def serving(path: Path, tmp_path: Path, *options: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """``history-proxy serve`` of the file at ``path``, up and answering; its log in ``tmp_path``."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "HISTORY_PROXY_CONFIG")
-    }
+    hidden = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "HISTORY_PROXY_CONFIG", "PROMETHEUS_MULTIPROC_DIR")
+    env = {k: v for k, v in os.environ.items() if k not in hidden}
     log = (tmp_path / "serve.log").open("wb")
-    command = [sys.executable, "-m", "proxy", "serve", "--config", str(path), "--port", str(port)]
-    server = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    command = [sys.executable, "-m", "proxy", "serve", "--config", str(path), "--port", str(port), *options]
+    server = subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     url = f"http://127.0.0.1:{port}"
-
-    def filters() -> str:
-        answer = httpx.post(
-            f"{url}/v1/chat/completions", json=chat(), headers={"x-agent-role": "worker"}, timeout=10
-        )
-        assert answer.status_code == 200
-        return answer.headers["x-history-filters"]
-
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -350,59 +340,49 @@ def test_sighup_reloads_a_running_serve_process(tmp_path: Path) -> None:
                     break
             assert time.monotonic() < deadline, "serve did not start"
             time.sleep(0.1)
-        assert filters() == ""
+        yield url, server
+        assert server.poll() is None, (tmp_path / "serve.log").read_text()
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)  # with --workers N: the supervisor and its workers
+        server.wait(timeout=20)
+        log.close()
+
+
+def filters_at(url: str, headers: dict[str, str] | None = None) -> str:
+    """The filters a worker request ran, on a fresh connection (the kernel spreads them over workers)."""
+    answer = httpx.post(
+        f"{url}/v1/chat/completions",
+        json=chat(),
+        headers={**(headers or {}), "x-agent-role": "worker"},
+        timeout=10,
+    )
+    assert answer.status_code == 200
+    return answer.headers["x-history-filters"]
+
+
+def test_sighup_reloads_a_running_serve_process(tmp_path: Path) -> None:
+    """The real command: ``history-proxy serve`` picks up the edited file on SIGHUP."""
+    path = tmp_path / "proxy.yaml"
+    write(path, {"upstreams": {"mock": {"base_url": "mock://"}}, "policies": {"roles": {"worker": []}}})
+    with serving(path, tmp_path) as (url, server):
+        assert filters_at(url) == ""
         write(
             path,
             {"upstreams": {"mock": {"base_url": "mock://"}}, "policies": {"roles": {"worker": TRUNCATING}}},
         )
         server.send_signal(signal.SIGHUP)
         deadline = time.monotonic() + 10
-        while filters() != "tool_result_truncation":
+        while filters_at(url) != "tool_result_truncation":
             assert time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
             time.sleep(0.05)
-        assert server.poll() is None
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
-        log.close()
 
 
 def test_admin_reload_reaches_every_worker_of_serve_with_several_workers(tmp_path: Path) -> None:
     """Under ``--workers 2`` the worker answering the admin call has the supervisor replace them all."""
     path = tmp_path / "proxy.yaml"
     write(path, config_doc(base_url="mock://", worker=[]))
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "HISTORY_PROXY_CONFIG", "PROMETHEUS_MULTIPROC_DIR")
-    }
-    log = (tmp_path / "serve.log").open("wb")
-    command = [sys.executable, "-m", "proxy", "serve", "--config", str(path), "--port", str(port), "--workers", "2"]
-    server = subprocess.Popen(
-        command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-    )
-    url = f"http://127.0.0.1:{port}"
-
-    def filters() -> str:  # a fresh connection each time: the kernel spreads them over the workers
-        answer = httpx.post(
-            f"{url}/v1/chat/completions", json=chat(), headers={**TEAM, "x-agent-role": "worker"}, timeout=10
-        )
-        assert answer.status_code == 200
-        return answer.headers["x-history-filters"]
-
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert server.poll() is None, (tmp_path / "serve.log").read_text()
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            assert time.monotonic() < deadline, "serve did not start"
-            time.sleep(0.1)
-        assert {filters() for _ in range(8)} == {""}
+    with serving(path, tmp_path, "--workers", "2") as (url, server):
+        assert {filters_at(url, TEAM) for _ in range(8)} == {""}
         write(path, config_doc(base_url="mock://", worker=TRUNCATING))
         answer = httpx.post(f"{url}/admin/reload", headers=ADMIN, timeout=10)
         assert answer.status_code == 200 and answer.json()["workers"] == "restarting"
@@ -413,9 +393,5 @@ def test_admin_reload_reaches_every_worker_of_serve_with_several_workers(tmp_pat
                 break
             assert time.monotonic() < deadline and server.poll() is None, text
             time.sleep(0.05)
-        assert {filters() for _ in range(20)} == {"tool_result_truncation"}  # whichever worker answers
-        assert server.poll() is None
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=20)
-        log.close()
+        # whichever worker answers
+        assert {filters_at(url, TEAM) for _ in range(20)} == {"tool_result_truncation"}
