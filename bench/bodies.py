@@ -1,6 +1,6 @@
 """Request bodies of real agent shape: seeded synthetic conversations and the shared corpus.
 
-The synthetic conversations follow the corpus statistics (``/work/shared/corpus/README.md``): a
+The synthetic conversations follow the corpus statistics (``tests/corpus/README.md``): a
 system prompt of a few thousand characters, one user task, then assistant tool calls (thought text
 on some, a few parallel calls) answered by tool results whose sizes range from a few characters to
 ~20 K (median a few hundred, a long tail of file dumps). No annotations: the proxy infers message
@@ -19,7 +19,7 @@ from typing import Any
 
 from proxy.messages import Message
 
-CORPUS_DIR = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+CORPUS_DIR = Path(__file__).resolve().parents[1] / "tests" / "corpus"
 SIZES = (20, 100, 400)
 
 _VOCABULARY = (

@@ -9,7 +9,7 @@ from typing import Any
 
 from proxy.messages import Message
 
-CORPUS_DIR = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+CORPUS_DIR = Path(__file__).resolve().parent / "corpus"
 _ids = itertools.count(1)
 
 
@@ -56,7 +56,11 @@ def parallel(*names: str, outputs: list[str] | None = None) -> list[Message]:
 
 
 def corpus_files() -> list[Path]:
-    return sorted(CORPUS_DIR.glob("*.json"))
+    """Every corpus conversation; raises, naming the directory, when there is none (never zero cases)."""
+    files = sorted(CORPUS_DIR.glob("*.json"))
+    if not files:
+        raise FileNotFoundError(f"no corpus conversations in {CORPUS_DIR}: the corpus ships with the repository")
+    return files
 
 
 def corpus_body(name: str) -> dict[str, Any]:

@@ -168,7 +168,6 @@ def test_schema_is_json_naming_every_top_level_key(capsys: pytest.CaptureFixture
     assert schema["required"] == ["upstreams"]
 
 
-@pytest.mark.skipif(not CORPUS_DIR.is_dir(), reason="the shared corpus is not present")
 def test_preview_prints_body_and_report_for_a_corpus_file_and_sends_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], no_network: list[Any]
 ) -> None:
