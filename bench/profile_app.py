@@ -25,9 +25,9 @@ import time
 from typing import Any
 
 from bench.bodies import encode, synthetic_body
-from proxy.app import create_app
-from proxy.config import parse_config
-from proxy.logs import JsonFormatter
+from proxy.config.loading import parse_config
+from proxy.observability.logs import JsonFormatter
+from proxy.server.app import create_app
 
 SIZES = (20, 100)
 SORT = "tottime"

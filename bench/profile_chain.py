@@ -29,11 +29,12 @@ from typing import Any, TypeVar
 
 from bench.bodies import SIZES, corpus_bodies, encode, replay_prefixes, synthetic_body
 from bench.report import RESULTS_DIR, jsonable
-from proxy.config import Config, parse_config
-from proxy.identity import Identity
-from proxy.pipeline import Pipeline
-from proxy.request_body import encode_json, parse_body
-from proxy.tokens import TokenCounters
+from proxy.config.loading import parse_config
+from proxy.config.models import Config
+from proxy.core.identity import Identity
+from proxy.core.tokens import TokenCounters
+from proxy.pipeline.run import Pipeline
+from proxy.server.body import encode_json, parse_body
 
 T = TypeVar("T")
 WORKER = Identity(role="worker", agent="coder")

@@ -146,7 +146,7 @@ class Runner:
         )
         self.slow_port = slow[1]
         config = proxy_config(self.upstream_port, self.slow_port)
-        from proxy.config import ConfigError, parse_config
+        from proxy.config.loading import ConfigError, parse_config
 
         try:
             parse_config(config)  # stop here, with the proxy's own message, before anything is measured

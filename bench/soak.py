@@ -39,7 +39,7 @@ from bench.bodies import encode, synthetic_body
 from bench.fast_upstream import run_fast
 from bench.loadgen import LoadResult, Target, build_request, run_load
 from bench.report import RESULTS_DIR, jsonable
-from proxy.pools import KEEPALIVE_S
+from proxy.upstream.pools import KEEPALIVE_S
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_CLIENTS = 5_000

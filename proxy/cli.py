@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from proxy import __version__
-from proxy.config import DEFAULT_CONFIG_PATH, Config, ConfigError, json_schema, load_config, summary
-from proxy.identity import Identity
+from proxy.config.loading import ConfigError, json_schema, load_config, summary
+from proxy.config.models import DEFAULT_CONFIG_PATH, Config
+from proxy.core.identity import Identity
 
 CONFIG_ENV = "HISTORY_PROXY_CONFIG"
-APP_FACTORY = "proxy.app:app_from_env"
+APP_FACTORY = "proxy.server.app:app_from_env"
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 LOG_FORMATS = ("json", "text")
 
@@ -53,7 +54,7 @@ def _share_metrics_between_workers(workers: int) -> str | None:
 
     Returns the directory to remove at exit; ``None`` with one worker or when the operator set one.
     """
-    from proxy.metrics import MULTIPROCESS_ENV
+    from proxy.observability.metrics import MULTIPROCESS_ENV
 
     if workers < 2 or os.environ.get(MULTIPROCESS_ENV):
         return None
@@ -67,11 +68,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = _load(str(config_path))
     import uvicorn
 
-    from proxy.logs import logging_config
+    from proxy.observability.logs import logging_config
 
     os.environ[CONFIG_ENV] = str(config_path.resolve())
     if args.workers > 1:  # an admin reload in one worker restarts them all through this process
-        from proxy.reload import SUPERVISOR_ENV
+        from proxy.server.reload import SUPERVISOR_ENV
 
         os.environ[SUPERVISOR_ENV] = str(os.getpid())
     metrics_dir = _share_metrics_between_workers(args.workers)
@@ -139,9 +140,9 @@ def _caller(args: argparse.Namespace, config: Config) -> Identity:
 
 
 def cmd_preview(args: argparse.Namespace) -> int:
+    from proxy.core.tokens import TokenCounters
     from proxy.errors import ProxyError
-    from proxy.pipeline import Pipeline
-    from proxy.tokens import TokenCounters
+    from proxy.pipeline.run import Pipeline
 
     config = _load(args.config)
     body = _read_body(args.file)
@@ -157,10 +158,10 @@ def cmd_preview(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    from proxy.core.tokens import TokenCounters
+    from proxy.devtools.replay import render_html, render_text, replay
     from proxy.errors import ProxyError
-    from proxy.pipeline import Pipeline
-    from proxy.replay import render_html, render_text, replay
-    from proxy.tokens import TokenCounters
+    from proxy.pipeline.run import Pipeline
 
     config = _load(args.config)
     body = _read_body(args.file)
@@ -191,7 +192,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 def cmd_mock_upstream(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from proxy.mock_upstream import create_mock_app
+    from proxy.devtools.mock_upstream import create_mock_app
 
     app = create_mock_app(chunks=args.chunks, chunk_delay_s=args.chunk_delay_ms / 1000)
     print(f"history-proxy mock upstream on http://{args.host}:{args.port}/v1", flush=True)

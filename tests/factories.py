@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from proxy.messages import Message
+from proxy.core.messages import Message
 
 CORPUS_DIR = Path(__file__).resolve().parent / "corpus"
 _ids = itertools.count(1)

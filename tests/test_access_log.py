@@ -20,10 +20,11 @@ import httpx
 import pytest
 import respx
 
-from proxy.app import create_app
-from proxy.config import Config, parse_config
-from proxy.logs import JsonFormatter, TextFormatter, redact
-from proxy.messages import Message
+from proxy.config.loading import parse_config
+from proxy.config.models import Config
+from proxy.core.messages import Message
+from proxy.observability.logs import JsonFormatter, TextFormatter, redact
+from proxy.server.app import create_app
 from tests.factories import action, result, system, user
 from tests.upstream_respx import UPSTREAM_MOCKER
 

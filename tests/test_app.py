@@ -15,12 +15,13 @@ import httpx
 import pytest
 import respx
 
-from proxy.app import app_from_env, create_app
-from proxy.config import Config, parse_config
+from proxy.config.loading import parse_config
+from proxy.config.models import Config
+from proxy.core.messages import Message
 from proxy.filters.base import FilterContext
-from proxy.messages import Message
-from proxy.pipeline import PipelineResult
-from proxy.report_headers import history_headers
+from proxy.pipeline.headers import history_headers
+from proxy.pipeline.run import PipelineResult
+from proxy.server.app import app_from_env, create_app
 from tests.factories import action, assistant, result, system, user
 
 pytestmark = pytest.mark.anyio

@@ -1,4 +1,4 @@
-"""proxy/config.py: strict keys, located errors, ${VAR} interpolation, routes, chains, no secrets shown."""
+"""proxy/config/models.py: strict keys, located errors, ${VAR} interpolation, routes, chains, no secrets shown."""
 
 from __future__ import annotations
 
@@ -7,15 +7,8 @@ from typing import Any
 
 import pytest
 
-from proxy.config import (
-    DEFAULT_CONFIG_PATH,
-    Config,
-    ConfigError,
-    json_schema,
-    load_config,
-    parse_config,
-    summary,
-)
+from proxy.config.loading import ConfigError, json_schema, load_config, parse_config, summary
+from proxy.config.models import DEFAULT_CONFIG_PATH, Config
 from proxy.filters import FILTER_TYPES
 
 SECRET = "sk-live-0123456789abcdefSECRET"

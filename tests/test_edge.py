@@ -11,8 +11,8 @@ import httpx
 import pytest
 import respx
 
-from proxy.access import fresh_request_id
-from proxy.app import GC_YOUNG_THRESHOLD, app_from_env, create_app
+from proxy.observability.access import fresh_request_id
+from proxy.server.app import GC_YOUNG_THRESHOLD, app_from_env, create_app
 from tests.test_app import COMPLETION, MAIN, chat, make_config, serve
 
 pytestmark = pytest.mark.anyio

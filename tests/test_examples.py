@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.config import DEFAULT_CONFIG_PATH, Config, load_config
+from proxy.config.loading import load_config
+from proxy.config.models import DEFAULT_CONFIG_PATH, Config
 from proxy.filters import FILTER_TYPES
 from tests.test_properties import configured_filters
 

@@ -28,10 +28,11 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from proxy import cli
-from proxy.app import create_app
-from proxy.config import Config, parse_config
-from proxy.identity import tenant_for_key
-from proxy.messages import KNOWN_ROLES, MESSAGE_TYPES, text_of
+from proxy.config.loading import parse_config
+from proxy.config.models import Config
+from proxy.core.messages import KNOWN_ROLES, MESSAGE_TYPES, text_of
+from proxy.server.app import create_app
+from proxy.server.caller import tenant_for_key
 from tests.factories import action, corpus_body, corpus_files, result, system, user
 from tests.strategies import PROPERTY_SETTINGS, conversations
 from tests.upstream_respx import UPSTREAM_MOCKER
@@ -590,7 +591,7 @@ def test_every_proxy_key_is_compared_even_after_a_match(monkeypatch: pytest.Monk
         compared.append(a)
         return compare(a, b)
 
-    monkeypatch.setattr("proxy.identity.hmac.compare_digest", recording)
+    monkeypatch.setattr("proxy.server.caller.hmac.compare_digest", recording)
     assert tenant_for_key(config, PROXY_KEY) == "a"
     assert len(compared) == 3  # no early exit on the first match: the time does not tell which key matched
 

@@ -1,4 +1,4 @@
-"""proxy/identity.py: who is calling, from headers and the proxy key."""
+"""proxy/core/identity.py: who is calling, from headers and the proxy key."""
 
 from __future__ import annotations
 
@@ -6,9 +6,11 @@ from typing import Any
 
 import pytest
 
-from proxy.config import Config, parse_config
+from proxy.config.loading import parse_config
+from proxy.config.models import Config
+from proxy.core.identity import Identity, bearer_token
 from proxy.errors import AuthError, InvalidRequestError
-from proxy.identity import Identity, bearer_token, resolve_identity
+from proxy.server.caller import resolve_identity
 
 MOCK = {"mock": {"base_url": "mock://"}}
 

@@ -12,10 +12,10 @@ import httpx
 import pytest
 import respx
 
-from proxy import metrics
-from proxy.app import create_app
-from proxy.config import parse_config
-from proxy.logs import REDACTED, JsonFormatter, redact
+from proxy.config.loading import parse_config
+from proxy.observability import metrics
+from proxy.observability.logs import REDACTED, JsonFormatter, redact
+from proxy.server.app import create_app
 from tests.upstream_respx import UPSTREAM_MOCKER
 
 pytestmark = pytest.mark.anyio

@@ -1,4 +1,4 @@
-"""proxy/messages.py: turns, groups, message types, annotations, text helpers and the invariants."""
+"""proxy/core/messages.py: turns, groups, message types, annotations, text helpers and the invariants."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import copy
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.messages import (
+from proxy.core.messages import (
     Message,
     broken_invariants,
     cache_mark_count,

@@ -21,14 +21,15 @@ import pytest
 import respx
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy import metrics
-from proxy.app import create_app
-from proxy.config import Config, parse_config
+from proxy.config.loading import parse_config
+from proxy.config.models import Config
+from proxy.core.identity import Identity
+from proxy.core.messages import Message
+from proxy.core.tokens import TokenCounters
 from proxy.filters.base import FilterContext
-from proxy.identity import Identity
-from proxy.messages import Message
-from proxy.pipeline import Pipeline
-from proxy.tokens import TokenCounters
+from proxy.observability import metrics
+from proxy.pipeline.run import Pipeline
+from proxy.server.app import create_app
 from tests.factories import action, result, system, user
 
 pytestmark = pytest.mark.anyio

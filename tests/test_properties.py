@@ -22,9 +22,9 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from proxy.config import Config, ConfigError, load_config
-from proxy.filters import FILTER_TYPES, Filter, FilterContext
-from proxy.messages import (
+from proxy.config.loading import ConfigError, load_config
+from proxy.config.models import Config
+from proxy.core.messages import (
     Message,
     NotApplicable,
     broken_invariants,
@@ -38,7 +38,8 @@ from proxy.messages import (
     tool_call_names,
     turn_spans,
 )
-from proxy.tokens import TokenCounter
+from proxy.core.tokens import TokenCounter
+from proxy.filters import FILTER_TYPES, Filter, FilterContext
 from tests.factories import corpus_files
 from tests.strategies import PROPERTY_SETTINGS, SHARED_TOKENS, FakeSummarizer, conversations, filter_contexts
 

@@ -23,9 +23,10 @@ import pytest
 import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.app import create_app
-from proxy.config import Config, parse_config
-from proxy.mock_upstream import create_mock_app
+from proxy.config.loading import parse_config
+from proxy.config.models import Config
+from proxy.devtools.mock_upstream import create_mock_app
+from proxy.server.app import create_app
 
 pytestmark = pytest.mark.anyio
 
@@ -503,7 +504,7 @@ async def test_idle_upstream_connections_are_closed_once_their_keep_alive_ends(
 ) -> None:
     """Pooled keep-alive connections to the upstream are closed after their keep-alive even when no
     more requests come (the sweeper closes them; nothing else would)."""
-    monkeypatch.setattr("proxy.pools.KEEPALIVE_S", 0.3)
+    monkeypatch.setattr("proxy.upstream.pools.KEEPALIVE_S", 0.3)
     mock = _InProcessServer(
         uvicorn.Config(create_mock_app(), lifespan="off", log_config=None, access_log=False)
     )

@@ -16,12 +16,13 @@ from typing import Any
 import pytest
 
 from proxy.cli import main
-from proxy.config import Config, load_config
-from proxy.identity import Identity
-from proxy.messages import Message
-from proxy.pipeline import Pipeline
-from proxy.replay import render_html, replay
-from proxy.tokens import TokenCounters
+from proxy.config.loading import load_config
+from proxy.config.models import Config
+from proxy.core.identity import Identity
+from proxy.core.messages import Message
+from proxy.core.tokens import TokenCounters
+from proxy.devtools.replay import render_html, replay
+from proxy.pipeline.run import Pipeline
 from tests.factories import CORPUS_DIR, corpus_body
 
 CONVERSATION = "swe-agent-marshmallow-1867-fc.json"

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from proxy.request_body import encode_json, parse_body
+from proxy.server.body import encode_json, parse_body
 from tests.factories import corpus_files
 
 

@@ -17,8 +17,9 @@ import openai
 import pytest
 import respx
 
-from proxy.app import create_app
-from proxy.config import Config, parse_config
+from proxy.config.loading import parse_config
+from proxy.config.models import Config
+from proxy.server.app import create_app
 from tests.factories import action, call, result, system, user
 from tests.upstream_respx import UPSTREAM_MOCKER
 

@@ -14,14 +14,15 @@ import pytest
 import respx
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.app import create_app
-from proxy.config import Config, ConfigError, parse_config, summary
+from proxy.config.loading import ConfigError, parse_config, summary
+from proxy.config.models import Config
+from proxy.core.identity import Identity
+from proxy.core.messages import Message
+from proxy.core.tokens import TokenCounters
+from proxy.devtools.replay import replay
 from proxy.filters.base import FilterContext
-from proxy.identity import Identity
-from proxy.messages import Message
-from proxy.pipeline import Pipeline
-from proxy.replay import replay
-from proxy.tokens import TokenCounters
+from proxy.pipeline.run import Pipeline
+from proxy.server.app import create_app
 from tests.factories import action, result, system, user
 from tests.upstream_respx import UPSTREAM_MOCKER
 

@@ -19,11 +19,12 @@ import pytest
 import redis
 import respx
 
-from proxy.app import create_app
-from proxy.config import Config, parse_config
+from proxy.config.loading import parse_config
+from proxy.config.models import Config
+from proxy.core.messages import Message
 from proxy.filters.summarize import SUMMARY_HEADING
-from proxy.messages import Message
-from proxy.summary_store import RedisBackend
+from proxy.server.app import create_app
+from proxy.summaries.store import RedisBackend
 from tests.factories import action, assistant, call, result, system, user
 
 pytestmark = pytest.mark.anyio

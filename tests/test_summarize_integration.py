@@ -13,10 +13,11 @@ import httpx
 import pytest
 import respx
 
-from proxy.app import create_app
-from proxy.config import DEFAULT_CONFIG_PATH, Config, load_config, parse_config
+from proxy.config.loading import load_config, parse_config
+from proxy.config.models import DEFAULT_CONFIG_PATH, Config
+from proxy.core.messages import Message
 from proxy.filters.summarize import SUMMARY_HEADING
-from proxy.messages import Message
+from proxy.server.app import create_app
 from tests.factories import action, assistant, call, result, system, user
 
 pytestmark = pytest.mark.anyio

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from proxy.config import ConfigError, parse_config, summary
+from proxy.config.loading import ConfigError, parse_config, summary
+from proxy.core.messages import Message
 from proxy.errors import UpstreamUnavailableError
-from proxy.messages import Message
-from proxy.summary_cache import CachingSummarizer, summary_key
-from proxy.summary_store import MemoryBackend, RedisBackend, summary_backend
+from proxy.summaries.cache import CachingSummarizer, summary_key
+from proxy.summaries.store import MemoryBackend, RedisBackend, summary_backend
 from tests.factories import action, assistant, call, result, user
 
 pytestmark = pytest.mark.anyio

@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from proxy.pools import ClientPool
-from proxy.transport import LeanTransport, Timeouts
+from proxy.upstream.pools import ClientPool
+from proxy.upstream.transport import LeanTransport, Timeouts
 from tests.upstream_respx import PROXY_VARIABLES
 
 pytestmark = pytest.mark.anyio

@@ -12,10 +12,11 @@ import httpx
 import pytest
 import respx
 
-from proxy.config import Config, UpstreamConfig, parse_config
+from proxy.config.loading import parse_config
+from proxy.config.models import Config, UpstreamConfig
 from proxy.errors import UpstreamTimeoutError, UpstreamUnavailableError
-from proxy.headers import upstream_authorization, wire_request_headers
-from proxy.upstream import Upstreams, response_headers, retry_after_s
+from proxy.upstream.client import Upstreams, retry_after_s
+from proxy.upstream.headers import response_headers, upstream_authorization, wire_request_headers
 
 pytestmark = pytest.mark.anyio
 

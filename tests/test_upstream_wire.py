@@ -14,10 +14,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.config import UpstreamConfig, parse_config
+from proxy.config.loading import parse_config
+from proxy.config.models import UpstreamConfig
 from proxy.errors import UpstreamUnavailableError
-from proxy.headers import FORWARD_DROPPED, upstream_authorization, wire_request_headers
-from proxy.upstream import Body, Upstreams
+from proxy.upstream.client import Body, Upstreams
+from proxy.upstream.headers import FORWARD_DROPPED, upstream_authorization, wire_request_headers
 from tests.test_transport import answering, ok, scripted
 from tests.upstream_respx import PROXY_VARIABLES
 

@@ -1,43 +1,87 @@
-"""The filter library: one filter family per module, discovered here into one registry.
+"""The filter library: one module per ``type`` tag, each with its pydantic config beside its logic.
 
-Every module in this package that defines :class:`~proxy.filters.base.Filter` subclasses with a
-``type`` literal contributes them. ``FILTER_TYPES`` maps the type name to its model.
+``FILTER_CLASSES`` lists every filter explicitly (the config's union in
+:mod:`proxy.config.policies` is built from the same names); ``FILTER_TYPES`` maps each ``type`` tag
+to its class, sorted by name. Modules whose name starts with ``_`` hold helpers several filters share.
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import typing
 
 from proxy.filters.base import Filter, FilterContext, Summarizer
+from proxy.filters.cache_control import CacheControl
+from proxy.filters.custom import Custom
+from proxy.filters.last_n_observations import LastNObservations
+from proxy.filters.manager_digest import ManagerDigest
+from proxy.filters.manager_view import ManagerView
+from proxy.filters.orchestrator_view import OrchestratorView
+from proxy.filters.passthrough import Passthrough
+from proxy.filters.remove_regex import RemoveRegex
+from proxy.filters.sliding_window import SlidingWindow
+from proxy.filters.sop_digest import SopDigest
+from proxy.filters.summarize import Summarize
+from proxy.filters.tag_tool_call_observations import TagToolCallObservations
+from proxy.filters.token_limiter import TokenLimiter
+from proxy.filters.tool_call_filter import ToolCallFilter
+from proxy.filters.tool_result_truncation import ToolResultTruncation
+from proxy.filters.truncate import Truncate
+from proxy.filters.worker_compaction import WorkerCompaction
+from proxy.filters.worker_view import WorkerView
 
-__all__ = ["FILTER_TYPES", "Filter", "FilterContext", "Summarizer", "filter_types"]
+__all__ = [
+    "FILTER_CLASSES",
+    "FILTER_TYPES",
+    "CacheControl",
+    "Custom",
+    "Filter",
+    "FilterContext",
+    "LastNObservations",
+    "ManagerDigest",
+    "ManagerView",
+    "OrchestratorView",
+    "Passthrough",
+    "RemoveRegex",
+    "SlidingWindow",
+    "SopDigest",
+    "Summarize",
+    "Summarizer",
+    "TagToolCallObservations",
+    "TokenLimiter",
+    "ToolCallFilter",
+    "ToolResultTruncation",
+    "Truncate",
+    "WorkerCompaction",
+    "WorkerView",
+    "type_tag",
+]
+
+FILTER_CLASSES: tuple[type[Filter], ...] = (
+    CacheControl,
+    Custom,
+    LastNObservations,
+    ManagerDigest,
+    ManagerView,
+    OrchestratorView,
+    Passthrough,
+    RemoveRegex,
+    SlidingWindow,
+    SopDigest,
+    Summarize,
+    TagToolCallObservations,
+    TokenLimiter,
+    ToolCallFilter,
+    ToolResultTruncation,
+    Truncate,
+    WorkerCompaction,
+    WorkerView,
+)
 
 
-def _type_literal(cls: type[Filter]) -> str | None:
-    field = cls.model_fields.get("type")
-    if field is None:
-        return None
-    args = typing.get_args(field.annotation)
-    return str(args[0]) if len(args) == 1 and isinstance(args[0], str) else None
+def type_tag(cls: type[Filter]) -> str:
+    """The ``type`` literal a filter class declares (``LastNObservations`` -> ``last_n_observations``)."""
+    (tag,) = typing.get_args(cls.model_fields["type"].annotation)
+    return str(tag)
 
 
-def filter_types() -> dict[str, type[Filter]]:
-    """Import every filter module and map each ``type`` name to its model, sorted by name."""
-    found: dict[str, type[Filter]] = {}
-    for module in pkgutil.iter_modules(__path__):
-        if module.name == "base" or module.name.startswith("_"):
-            continue
-        loaded = importlib.import_module(f"{__name__}.{module.name}")
-        for value in vars(loaded).values():
-            if isinstance(value, type) and issubclass(value, Filter) and value.__module__ == loaded.__name__:
-                name = _type_literal(value)
-                if name is not None:
-                    if name in found and found[name] is not value:
-                        raise RuntimeError(f"filter type {name!r} is declared twice")
-                    found[name] = value
-    return dict(sorted(found.items()))
-
-
-FILTER_TYPES: dict[str, type[Filter]] = filter_types()
+FILTER_TYPES: dict[str, type[Filter]] = dict(sorted((type_tag(cls), cls) for cls in FILTER_CLASSES))

@@ -7,8 +7,8 @@ from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from proxy.messages import DEFAULT_COMPLETION_TOOLS, Message
-from proxy.tokens import TokenCounters
+from proxy.core.messages import DEFAULT_COMPLETION_TOOLS, Message
+from proxy.core.tokens import TokenCounters
 
 
 class Summarizer(Protocol):

@@ -6,8 +6,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from proxy.core.messages import MAX_CACHE_MARKS, Message, cache_mark_count
 from proxy.filters.base import Filter, FilterContext
-from proxy.messages import MAX_CACHE_MARKS, Message, cache_mark_count
 
 
 class CacheControl(Filter):

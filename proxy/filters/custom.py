@@ -9,8 +9,8 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, PrivateAttr, ValidationError, field_validator, model_validator
 
+from proxy.core.messages import Message
 from proxy.filters.base import Filter, FilterContext
-from proxy.messages import Message
 
 IMPORT_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from proxy.core.messages import Message
 from proxy.filters.base import Filter, FilterContext
-from proxy.messages import Message
 
 
 class Passthrough(Filter):

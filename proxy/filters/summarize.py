@@ -21,9 +21,9 @@ from typing import Literal
 
 from pydantic import Field
 
+from proxy.core.messages import Message, leading_system_count, newest_user_index, turn_spans
+from proxy.filters._turns import without_oldest_turns
 from proxy.filters.base import Filter, FilterContext
-from proxy.filters.turn_window import without_oldest_turns
-from proxy.messages import Message, leading_system_count, newest_user_index, turn_spans
 
 log = logging.getLogger("history_proxy.summarize")
 

@@ -2,7 +2,7 @@
 
 AgentKit's ``TokenLimiter`` groups messages into segments (a tool call with all its results, or a
 message alone) and keeps the newest segments that fit the limit, so tool pairs never break. Here
-the segments are the shared groups of ``proxy.messages`` and the count is the full request as
+the segments are the shared groups of ``proxy.core.messages`` and the count is the full request as
 OpenAI counts it (SPEC section 6). Two things of the source are deliberately not copied: it keeps
 nothing when the newest segment alone is over the limit (an empty history), and it drops the
 system prompt like any other message. Here the leading system messages (``keep_system``), the
@@ -16,8 +16,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from proxy.filters.base import Filter, FilterContext
-from proxy.messages import (
+from proxy.core.messages import (
     Message,
     group_spans,
     how_many_to_drop,
@@ -25,7 +24,8 @@ from proxy.messages import (
     leading_system_count,
     newest_user_index,
 )
-from proxy.tokens import TokenCounter
+from proxy.core.tokens import TokenCounter
+from proxy.filters.base import Filter, FilterContext
 
 
 class TokenLimiter(Filter):

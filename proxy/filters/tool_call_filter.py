@@ -17,8 +17,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from proxy.filters.base import Filter, FilterContext
-from proxy.messages import (
+from proxy.core.messages import (
     Message,
     NotApplicable,
     call_name,
@@ -27,6 +26,7 @@ from proxy.messages import (
     is_action,
     tool_calls,
 )
+from proxy.filters.base import Filter, FilterContext
 
 
 def usage_note(removed: Sequence[dict[str, Any]]) -> str:

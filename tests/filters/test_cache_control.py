@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from proxy.config import load_config
+from proxy.config.loading import load_config
+from proxy.core.messages import Message, cache_mark_count, invariant_errors
 from proxy.filters.base import FilterContext
 from proxy.filters.cache_control import CacheControl
-from proxy.messages import Message, cache_mark_count, invariant_errors
 from tests.factories import assistant, corpus_body, corpus_files, exchange, system, user
 
 ROOT = Path(__file__).resolve().parents[2]

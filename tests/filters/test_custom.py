@@ -10,15 +10,15 @@ from typing import Any, Literal
 import pytest
 from pydantic import Field
 
-from proxy.config import ConfigError, load_config, parse_config
+from proxy.config.loading import ConfigError, load_config, parse_config
+from proxy.core.identity import Identity
+from proxy.core.messages import Message, invariant_errors
+from proxy.core.tokens import TokenCounters
 from proxy.errors import FilterError
 from proxy.filters.base import Filter, FilterContext
 from proxy.filters.custom import Custom
 from proxy.filters.remove_regex import RemoveRegex
-from proxy.identity import Identity
-from proxy.messages import Message, invariant_errors
-from proxy.pipeline import Pipeline
-from proxy.tokens import TokenCounters
+from proxy.pipeline.run import Pipeline
 from tests.factories import assistant, corpus_body, corpus_files, exchange, user
 
 ROOT = Path(__file__).resolve().parents[2]

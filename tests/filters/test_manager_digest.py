@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from proxy.core.messages import Message, invariant_errors, leading_system_count, newest_user_index
 from proxy.filters.base import FilterContext
-from proxy.filters.digests import DEFAULT_INSTRUCTION, ManagerDigest, recent_for_budget
-from proxy.messages import Message, invariant_errors, leading_system_count, newest_user_index
+from proxy.filters.manager_digest import DEFAULT_INSTRUCTION, ManagerDigest, recent_for_budget
 from tests.factories import (
     action,
     assistant,

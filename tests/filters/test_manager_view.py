@@ -7,9 +7,16 @@ from pathlib import Path
 
 import pytest
 
+from proxy.core.messages import (
+    Message,
+    NotApplicable,
+    invariant_errors,
+    leading_system_count,
+    newest_user_index,
+)
+from proxy.filters._views import current_turn_bounds
 from proxy.filters.base import FilterContext
-from proxy.filters.role_views import ManagerView, current_turn_bounds
-from proxy.messages import Message, NotApplicable, invariant_errors, leading_system_count, newest_user_index
+from proxy.filters.manager_view import ManagerView
 from tests.factories import action, assistant, call, corpus_body, corpus_files, exchange, result, system, user
 
 

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from proxy.core.messages import Message, invariant_errors, newest_user_index
+from proxy.filters._views import current_turn_bounds
 from proxy.filters.base import FilterContext
-from proxy.filters.role_views import OrchestratorView, current_turn_bounds
-from proxy.messages import Message, invariant_errors, newest_user_index
+from proxy.filters.orchestrator_view import OrchestratorView
 from tests.factories import action, assistant, call, corpus_body, corpus_files, exchange, result, system, user
 
 CTX = FilterContext(role="orchestrator")

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from proxy.config import ConfigError, load_config, parse_config
+from proxy.config.loading import ConfigError, load_config, parse_config
+from proxy.core.messages import Message, invariant_errors
 from proxy.filters.base import FilterContext
 from proxy.filters.remove_regex import RemoveRegex
-from proxy.messages import Message, invariant_errors
 from tests.factories import action, assistant, corpus_body, corpus_files, exchange, system, user
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,9 +9,15 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from proxy.core.messages import (
+    Message,
+    broken_invariants,
+    leading_system_count,
+    newest_user_index,
+    turn_spans,
+)
 from proxy.filters.base import FilterContext
-from proxy.filters.turn_window import SlidingWindow
-from proxy.messages import Message, broken_invariants, leading_system_count, newest_user_index, turn_spans
+from proxy.filters.sliding_window import SlidingWindow
 from tests.factories import (
     action,
     assistant,

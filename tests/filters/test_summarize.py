@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from proxy.config import ConfigError, parse_config
+from proxy.config.loading import ConfigError, parse_config
+from proxy.core.messages import Message, broken_invariants, invariant_errors, leading_system_count, turn_spans
+from proxy.core.tokens import TokenCounters
 from proxy.filters.base import FilterContext
 from proxy.filters.summarize import DEFAULT_SUMMARY_PROMPT, FALLBACK_NOTE, SUMMARY_HEADING, Summarize
-from proxy.messages import Message, broken_invariants, invariant_errors, leading_system_count, turn_spans
-from proxy.tokens import TokenCounters
 from tests.factories import (
     action,
     assistant,
@@ -192,7 +192,7 @@ def test_consecutive_requests_of_a_growing_conversation_share_the_prefix_until_t
             changed_at.append(turn_count(full[:length]))
         previous = out
     assert changed_at == [5, 8, 11, 14]  # span = (turns - keep_recent) // step * step
-    # only four distinct spans are ever asked for: the cache (proxy.summary_cache) makes that four calls
+    # only four distinct spans are ever asked for: the cache (proxy.summaries.cache) makes that four calls
     assert len({len(c["messages"]) for c in fake.calls}) == 4
 
 

@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from proxy.config import ConfigError, load_config, parse_config
+from proxy.config.loading import ConfigError, load_config, parse_config
+from proxy.core.messages import Message, invariant_errors, tool_call_names
 from proxy.filters.base import FilterContext
-from proxy.filters.observations import LastNObservations, TagToolCallObservations
-from proxy.messages import Message, invariant_errors, tool_call_names
+from proxy.filters.last_n_observations import LastNObservations
+from proxy.filters.tag_tool_call_observations import TagToolCallObservations
 from tests.factories import action, call, corpus_body, corpus_files, exchange, parallel, result, system, user
 
 ROOT = Path(__file__).resolve().parents[2]

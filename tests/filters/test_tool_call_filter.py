@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from proxy.core.messages import Message, NotApplicable, broken_invariants, invariant_errors
 from proxy.filters.base import FilterContext
 from proxy.filters.tool_call_filter import ToolCallFilter
-from proxy.messages import Message, NotApplicable, broken_invariants, invariant_errors
 from tests.factories import (
     action,
     assistant,

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from proxy.core.messages import Message, invariant_errors, leading_system_count, newest_user_index
 from proxy.filters.base import FilterContext
-from proxy.filters.tool_results import DEFAULT_NOTICE, ToolResultTruncation
-from proxy.messages import Message, invariant_errors, leading_system_count, newest_user_index
+from proxy.filters.tool_result_truncation import DEFAULT_NOTICE, ToolResultTruncation
 from tests.factories import assistant, corpus_body, corpus_files, exchange, parallel, system, user
 
 CTX = FilterContext(role="worker", model="gpt-4o")

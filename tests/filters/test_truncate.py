@@ -9,10 +9,16 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from proxy.core.messages import (
+    Message,
+    broken_invariants,
+    leading_system_count,
+    newest_user_index,
+    turn_spans,
+)
+from proxy.core.tokens import TokenCounters
 from proxy.filters.base import FilterContext
-from proxy.filters.turn_window import Truncate
-from proxy.messages import Message, broken_invariants, leading_system_count, newest_user_index, turn_spans
-from proxy.tokens import TokenCounters
+from proxy.filters.truncate import Truncate
 from tests.factories import (
     action,
     assistant,

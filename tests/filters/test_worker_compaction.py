@@ -8,9 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.filters.base import FilterContext
-from proxy.filters.tool_results import WorkerCompaction
-from proxy.messages import (
+from proxy.core.messages import (
     Message,
     has_text,
     invariant_errors,
@@ -18,6 +16,8 @@ from proxy.messages import (
     leading_system_count,
     newest_user_index,
 )
+from proxy.filters.base import FilterContext
+from proxy.filters.worker_compaction import WorkerCompaction
 from tests.factories import (
     action,
     assistant,

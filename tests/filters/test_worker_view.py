@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from proxy.core.messages import Message, invariant_errors, leading_system_count, newest_user_index
+from proxy.filters._views import current_turn_bounds, producing_agent
 from proxy.filters.base import FilterContext
-from proxy.filters.role_views import WorkerView, current_turn_bounds, producing_agent
-from proxy.messages import Message, invariant_errors, leading_system_count, newest_user_index
+from proxy.filters.worker_view import WorkerView
 from tests.factories import action, assistant, call, corpus_body, corpus_files, exchange, result, system, user
 
 AUTOGEN_FILES = [p for p in corpus_files() if p.name.startswith("autogen-")]

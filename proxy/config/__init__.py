@@ -1,0 +1,1 @@
+"""The config file: models, policies (the filter union), summaries settings, loading."""

@@ -1,0 +1,205 @@
+"""The config file's models: upstreams, routes, identity, auth, limits, policies, cache marks.
+
+Secrets are ``SecretStr``; every mapping rejects unknown keys (:class:`StrictModel`). Reading a
+file into a :class:`Config` is :mod:`proxy.config.loading`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import (
+    Field,
+    SecretStr,
+    ValidationInfo,
+    field_validator,
+)
+
+from proxy.config.policies import PoliciesConfig, PolicyMode
+from proxy.config.strict import StrictModel
+from proxy.config.summaries import SummaryCacheConfig
+from proxy.core.messages import DEFAULT_COMPLETION_TOOLS
+from proxy.filters.base import Filter
+from proxy.filters.cache_control import CacheControl
+
+DEFAULT_CONFIG_PATH = Path(__file__).resolve().parents[2] / "config" / "default.yaml"
+
+class UpstreamConfig(StrictModel):
+    """One named upstream, an OpenAI-compatible base URL."""
+
+    base_url: str
+    """Base URL including the version path, e.g. ``https://api.openai.com/v1``; ``mock://`` for the built-in mock."""
+    api_key: SecretStr | None = None
+    """Replaces the client's Authorization when set (empty counts as unset)."""
+    cache_control: bool = False
+    """Whether this upstream accepts ``cache_control`` marks (Anthropic-style prompt caching)."""
+    mock_when_no_key: bool = False
+    """Answer from the built-in mock upstream, in this process, while ``api_key`` is empty."""
+    retries: int = Field(default=2, ge=0, le=10)
+    """Retries of connect errors and 429/502/503 answers before any byte reached the client."""
+
+    @field_validator("base_url")
+    @classmethod
+    def _url_has_scheme(cls, value: str) -> str:
+        if not re.match(r"^(https?|mock)://", value):
+            raise ValueError("must start with http://, https:// or mock://")
+        return value.rstrip("/")
+
+    @property
+    def key(self) -> str | None:
+        secret = self.api_key.get_secret_value() if self.api_key else ""
+        return secret or None
+
+    @property
+    def is_mock(self) -> bool:
+        return self.base_url.startswith("mock:") or (self.mock_when_no_key and self.key is None)
+
+
+class RouteConfig(StrictModel):
+    """Send requests whose ``model`` matches the glob to the named upstream."""
+
+    model: str
+    upstream: str
+    fallbacks: list[str] = Field(default_factory=list)
+    """Upstreams tried in order when the first fails before any byte reached the client."""
+
+
+class IdentityConfig(StrictModel):
+    role_header: str = "X-Agent-Role"
+    agent_header: str = "X-Agent-Name"
+    phase_header: str = "X-Agent-Phase"
+    default_role: str = "default"
+    completion_tools: list[str] = Field(default_factory=lambda: sorted(DEFAULT_COMPLETION_TOOLS))
+
+
+class ProxyKey(StrictModel):
+    key: SecretStr
+    tenant: str
+
+    @field_validator("key")
+    @classmethod
+    def _not_empty(cls, value: SecretStr) -> SecretStr:
+        if not value.get_secret_value():
+            raise ValueError("must not be empty")
+        return value
+
+
+class AuthConfig(StrictModel):
+    keys: list[ProxyKey] = Field(default_factory=list)
+    """Proxy keys; with none configured the proxy is open."""
+
+
+class AdminConfig(StrictModel):
+    """Who may call the admin endpoints (``POST /admin/reload``)."""
+
+    tenants: list[str] = Field(default_factory=list)
+    """Tenants (of ``auth.keys``) whose proxy keys may call admin endpoints; none: admin endpoints are off."""
+
+
+class LimitsConfig(StrictModel):
+    max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
+    connect_timeout_s: float = Field(default=10, gt=0)
+    read_timeout_s: float = Field(default=600, gt=0)
+    max_concurrent: int | None = Field(default=None, gt=0)
+    """In-flight requests beyond this are answered 429 at once (none: unbounded)."""
+    max_messages: int = Field(default=10_000, gt=0)
+    """Chat completions with more messages are answered 413 (bounds the CPU one request can take)."""
+
+
+class CacheControlSlot(CacheControl):
+    """The ``cache_control`` slot: the same model as the filter, with ``type`` optional."""
+
+    type: Literal["cache_control"] = "cache_control"
+
+
+class Config(StrictModel):
+    """The whole config file."""
+
+    upstreams: dict[str, UpstreamConfig]
+    routes: list[RouteConfig] = Field(default_factory=list)
+    identity: IdentityConfig = Field(default_factory=IdentityConfig)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+    admin: AdminConfig = Field(default_factory=AdminConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    policies: PoliciesConfig = Field(default_factory=PoliciesConfig)
+    cache_control: CacheControlSlot | None = None
+    on_filter_error: Literal["reject", "passthrough"] = "reject"
+    log_bodies: bool = False
+    """Put each chat completion's request body in its access line, secrets redacted (``proxy.observability.logs.redact``)."""
+    summary_cache: SummaryCacheConfig = Field(default_factory=SummaryCacheConfig)
+
+    @field_validator("upstreams")
+    @classmethod
+    def _at_least_one(cls, value: dict[str, UpstreamConfig]) -> dict[str, UpstreamConfig]:
+        if not value:
+            raise ValueError("name at least one upstream")
+        return value
+
+    @field_validator("admin")
+    @classmethod
+    def _admins_have_keys(cls, admin: AdminConfig, info: ValidationInfo) -> AdminConfig:
+        auth = info.data.get("auth")
+        tenants = {entry.tenant for entry in auth.keys} if isinstance(auth, AuthConfig) else set()
+        for i, tenant in enumerate(admin.tenants):
+            if tenant not in tenants:
+                raise ValueError(f"tenants[{i}]: {tenant!r} has no proxy key in auth.keys")
+        return admin
+
+    @field_validator("routes")
+    @classmethod
+    def _routes_name_upstreams(cls, routes: list[RouteConfig], info: ValidationInfo) -> list[RouteConfig]:
+        upstreams = info.data.get("upstreams")
+        if not upstreams:  # already reported on upstreams
+            return routes
+        for i, route in enumerate(routes):
+            for name in (route.upstream, *route.fallbacks):
+                if name not in upstreams:
+                    raise ValueError(
+                        f"entry [{i}] (model {route.model!r}) names unknown upstream {name!r}; "
+                        f"known upstreams: {', '.join(upstreams)}"
+                    )
+        return routes
+
+    @field_validator("policies")
+    @classmethod
+    def _filters_name_upstreams(cls, policies: PoliciesConfig, info: ValidationInfo) -> PoliciesConfig:
+        upstreams = info.data.get("upstreams")
+        if not upstreams:  # already reported on upstreams
+            return policies
+        located: list[tuple[str, Filter]] = [(f"global[{i}]", f) for i, f in enumerate(policies.global_)]
+        for kind in ("tenants", "roles"):
+            for name in getattr(policies, kind):
+                located += [(at.removeprefix("policies."), f) for at, f in policies.located(kind, name)[1]]
+        for at, f in located:
+            name = getattr(f, "upstream", None)
+            if isinstance(name, str) and name not in upstreams:
+                raise ValueError(
+                    f"{at}.upstream names unknown upstream {name!r}; known upstreams: {', '.join(upstreams)}"
+                )
+        return policies
+
+    @property
+    def default_upstream(self) -> str:
+        return next(iter(self.upstreams))
+
+    def route(self, model: str) -> list[str]:
+        """Upstream names for ``model``: the first matching route's upstream and fallbacks."""
+        for route in self.routes:
+            if fnmatch.fnmatchcase(model, route.model):
+                return [route.upstream, *route.fallbacks]
+        return [self.default_upstream]
+
+    def chain(self, role: str, tenant: str | None) -> list[tuple[str, Filter]]:
+        """The filters for a caller, each with its config location (global, tenant, role)."""
+        located: list[tuple[str, Filter]] = [(f"policies.global[{i}]", f) for i, f in enumerate(self.policies.global_)]
+        if tenant is not None:
+            located += self.policies.located("tenants", tenant)[1]
+        located += self.policies.located("roles", role)[1]
+        return located
+
+    def mode(self, role: str, tenant: str | None) -> PolicyMode:
+        """``shadow`` when the caller's tenant or role policy is in shadow mode, else ``enforce``."""
+        return self.policies.mode(role, tenant)

@@ -1,0 +1,1 @@
+"""Pure request model, no I/O: messages, validation, tokens, encodings, identity."""

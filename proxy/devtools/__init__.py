@@ -1,0 +1,1 @@
+"""Tools around the proxy: replay and the built-in mock upstream."""

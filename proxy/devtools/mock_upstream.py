@@ -1,0 +1,336 @@
+"""The built-in fake OpenAI upstream: answers say what they received, so demos and tests run offline.
+
+Routes (also served without the ``/v1`` prefix, for ``mock://`` upstreams):
+
+- ``POST /v1/chat/completions``: a ``chat.completion`` (or, with ``stream: true``, SSE
+  ``chat.completion.chunk`` events ending with ``data: [DONE]``) whose content reads
+  ``mock: received 12 messages (system=1, user=3, assistant=5, tool=3), ~2345 tokens; last user: "..."``.
+  With ``x-history-purpose: summary`` the answer is a deterministic bullet summary of the messages
+  (a trailing user message, the summarizer's instruction, is not summarized);
+  when the newest message is a user message mentioning a tool and ``tools`` were given, the answer
+  calls the first tool with arguments ``{}``.
+- ``GET /v1/models``: a few model ids.
+- ``GET /healthz``: 200.
+
+Request headers for failure tests: ``x-mock-delay-ms`` (wait before the first byte) and
+``x-mock-status`` (answer with that error status and an OpenAI error body; 429 and 503 carry
+``Retry-After: 1``). The answer's content depends only on the request, never on the clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+import re
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from proxy.core.messages import Message, call_name, text_of, tool_calls
+from proxy.errors import error_body
+
+MOCK_MODELS = ("gpt-4o-mini", "gpt-4o", "gpt-4.1-mini", "claude-sonnet-4-5")
+ROLE_ORDER = ("system", "developer", "user", "assistant", "tool", "function")
+SUMMARY_PURPOSE = "summary"
+MAX_SUMMARY_BULLETS = 5
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "conflict_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+}
+_TOOL_WORD = re.compile(r"\btools?\b", re.IGNORECASE)
+
+
+def _error(status: int, message: str, *, code: str | None = None, param: str | None = None) -> JSONResponse:
+    error_type = _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    headers = {"retry-after": "1"} if status in (429, 503) else None
+    return JSONResponse(
+        error_body(message, error_type, param=param, code=code), status_code=status, headers=headers
+    )
+
+
+def _message_chars(message: Message) -> int:
+    chars = len(str(message.get("role", ""))) + len(text_of(message.get("content")))
+    for call in _calls(message):
+        function = call.get("function")
+        if isinstance(function, dict):
+            chars += len(str(function.get("name", ""))) + len(str(function.get("arguments", "")))
+    return chars
+
+
+def _calls(message: Message) -> list[dict[str, Any]]:
+    return [call for call in tool_calls(message) if isinstance(call, dict)]
+
+
+def approximate_tokens(messages: list[Message]) -> int:
+    """ceil(chars / 4) over roles, text and tool calls: what the mock reports as prompt tokens."""
+    return math.ceil(sum(_message_chars(m) for m in messages) / 4)
+
+
+def _one_line(text: str, limit: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def describe_received(messages: list[Message]) -> str:
+    """The mock's ordinary answer: message count, roles, approximate tokens and the last user text."""
+    counts: dict[str, int] = {}
+    for message in messages:
+        role = str(message.get("role"))
+        counts[role] = counts.get(role, 0) + 1
+    ordered = [r for r in ROLE_ORDER if r in counts] + sorted(r for r in counts if r not in ROLE_ORDER)
+    roles = ", ".join(f"{r}={counts[r]}" for r in ordered)
+    users = [m for m in messages if m.get("role") == "user"]
+    last_user = (
+        json.dumps(_one_line(text_of(users[-1].get("content")), 80), ensure_ascii=False)
+        if users
+        else "(none)"
+    )
+    return (
+        f"mock: received {len(messages)} messages ({roles}), ~{approximate_tokens(messages)} tokens; "
+        f"last user: {last_user}"
+    )
+
+
+def summarize_messages(messages: list[Message]) -> str:
+    """A deterministic bullet summary of the non-system messages, at most five bullets."""
+    bullets: list[str] = []
+    for message in messages:
+        role = message.get("role")
+        text = _one_line(text_of(message.get("content")), 60)
+        if role == "user" and text:
+            bullets.append(f"- user asked: {text}")
+        elif role == "assistant":
+            names = [call_name(call) or "?" for call in _calls(message)]
+            if names:
+                bullets.append(f"- assistant called: {', '.join(names)}")
+            elif text:
+                bullets.append(f"- assistant said: {text}")
+        elif role in ("tool", "function"):
+            bullets.append(f"- tool returned {len(text_of(message.get('content')))} chars")
+    if not bullets:
+        return "- nothing to summarize"
+    if len(bullets) > MAX_SUMMARY_BULLETS:
+        rest = len(bullets) - (MAX_SUMMARY_BULLETS - 1)
+        bullets = bullets[: MAX_SUMMARY_BULLETS - 1] + [f"- ... and {rest} more"]
+    return "\n".join(bullets)
+
+
+def _first_tool_name(tools: Any) -> str | None:
+    if not isinstance(tools, list) or not tools or not isinstance(tools[0], dict):
+        return None
+    function = tools[0].get("function")
+    name = function.get("name") if isinstance(function, dict) else tools[0].get("name")
+    return name if isinstance(name, str) and name else None
+
+
+def _wants_tool_call(messages: list[Message], tools: Any) -> str | None:
+    name = _first_tool_name(tools)
+    last = messages[-1] if messages else {}
+    if name and last.get("role") == "user" and _TOOL_WORD.search(text_of(last.get("content"))):
+        return name
+    return None
+
+
+def _digest(body: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(body.get("messages"), sort_keys=True, default=str).encode()).hexdigest()[
+        :24
+    ]
+
+
+def _completion(body: dict[str, Any], purpose: str | None) -> tuple[dict[str, Any], str]:
+    """The assistant message for a request and its finish reason."""
+    messages: list[Message] = body["messages"]
+    tool = _wants_tool_call(messages, body.get("tools"))
+    if tool is not None:
+        call = {
+            "id": f"call_mock_{_digest(body)[:16]}",
+            "type": "function",
+            "function": {"name": tool, "arguments": "{}"},
+        }
+        return {"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls"
+    if purpose == SUMMARY_PURPOSE:
+        # The summarizer appends its instruction as a last user message: summarize what precedes it.
+        instructed = len(messages) > 1 and messages[-1].get("role") == "user"
+        content = summarize_messages(messages[:-1] if instructed else messages)
+    else:
+        content = describe_received(messages)
+    return {"role": "assistant", "content": content}, "stop"
+
+
+def _usage(messages: list[Message], reply: dict[str, Any]) -> dict[str, int]:
+    prompt = approximate_tokens(messages)
+    completion = max(1, math.ceil(_message_chars(reply) / 4))
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _split(text: str, pieces: int) -> list[str]:
+    if not text:
+        return [""]
+    pieces = max(1, min(pieces, len(text)))
+    size = math.ceil(len(text) / pieces)
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def _sse(payload: dict[str, Any] | str) -> bytes:
+    data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
+    return f"data: {data}\n\n".encode()
+
+
+class MockUpstream:
+    """Request handlers of the mock, configured once per app."""
+
+    def __init__(self, *, chunks: int, chunk_delay_s: float, first_byte_delay_s: float) -> None:
+        self.chunks = max(1, chunks)
+        self.chunk_delay_s = chunk_delay_s
+        self.first_byte_delay_s = first_byte_delay_s
+
+    async def chat_completions(self, request: Request) -> Response:
+        delay_s = self.first_byte_delay_s
+        raw_delay = request.headers.get("x-mock-delay-ms")
+        if raw_delay is not None:
+            try:
+                delay_s = max(0.0, float(raw_delay) / 1000)
+            except ValueError:
+                return _error(
+                    400, "x-mock-delay-ms must be a number of milliseconds", param="x-mock-delay-ms"
+                )
+        forced = request.headers.get("x-mock-status")
+        if forced is not None:
+            if not forced.isdigit() or not 400 <= int(forced) <= 599:
+                return _error(
+                    400, "x-mock-status must be an HTTP error status (400-599)", param="x-mock-status"
+                )
+            await asyncio.sleep(delay_s)
+            return _error(int(forced), f"mock: forced status {forced}", code="mock_forced_status")
+
+        try:
+            body = json.loads(await request.body())
+        except (ValueError, UnicodeDecodeError) as exc:
+            return _error(400, f"mock: the request body is not valid JSON ({exc})")
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+            return _error(400, "mock: 'messages' must be a list of message objects", param="messages")
+        if not all(isinstance(m, dict) for m in body["messages"]):
+            return _error(400, "mock: every message must be an object", param="messages")
+
+        reply, finish = _completion(body, request.headers.get("x-history-purpose"))
+        model = body.get("model") if isinstance(body.get("model"), str) else MOCK_MODELS[0]
+        head = {"id": f"chatcmpl-mock-{_digest(body)}", "created": int(time.time()), "model": model}
+        if body.get("stream") is True:
+            options = body.get("stream_options")
+            include_usage = isinstance(options, dict) and options.get("include_usage") is True
+            events = self._stream(body, head, reply, finish, include_usage, delay_s)
+            return StreamingResponse(
+                events, media_type="text/event-stream", headers={"cache-control": "no-cache"}
+            )
+        await asyncio.sleep(delay_s)
+        return JSONResponse(
+            {
+                **head,
+                "object": "chat.completion",
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {**reply, "refusal": None},
+                        "logprobs": None,
+                        "finish_reason": finish,
+                    }
+                ],
+                "usage": _usage(body["messages"], reply),
+                "system_fingerprint": "mock",
+            }
+        )
+
+    async def _stream(
+        self,
+        body: dict[str, Any],
+        head: dict[str, Any],
+        reply: dict[str, Any],
+        finish: str,
+        include_usage: bool,
+        delay_s: float,
+    ) -> AsyncIterator[bytes]:
+        def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+            extra = {"usage": None} if include_usage else {}
+            return _sse({**head, "object": "chat.completion.chunk", "choices": [choice], **extra})
+
+        await asyncio.sleep(delay_s)
+        if reply.get("tool_calls"):
+            call = reply["tool_calls"][0]
+            function = call["function"]
+            yield chunk(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "index": 0,
+                            "id": call["id"],
+                            "type": "function",
+                            "function": {"name": function["name"], "arguments": ""},
+                        }
+                    ],
+                }
+            )
+            await asyncio.sleep(self.chunk_delay_s)
+            yield chunk({"tool_calls": [{"index": 0, "function": {"arguments": function["arguments"]}}]})
+        else:
+            for i, piece in enumerate(_split(reply["content"], self.chunks)):
+                if i:
+                    await asyncio.sleep(self.chunk_delay_s)
+                yield chunk({"role": "assistant", "content": piece} if i == 0 else {"content": piece})
+        yield chunk({}, finish)
+        if include_usage:
+            yield _sse(
+                {
+                    **head,
+                    "object": "chat.completion.chunk",
+                    "choices": [],
+                    "usage": _usage(body["messages"], reply),
+                }
+            )
+        yield _sse("[DONE]")
+
+    async def models(self, request: Request) -> Response:
+        data = [
+            {"id": m, "object": "model", "created": 0, "owned_by": "history-proxy-mock"} for m in MOCK_MODELS
+        ]
+        return JSONResponse({"object": "list", "data": data})
+
+    async def healthz(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def not_found(self, request: Request) -> Response:
+        return _error(404, f"mock: no route {request.method} {request.url.path}", code="unknown_url")
+
+
+def create_mock_app(
+    *, chunks: int = 5, chunk_delay_s: float = 0.0, first_byte_delay_s: float = 0.0
+) -> Starlette:
+    """The mock upstream as an ASGI app (run it with uvicorn, or mount it behind ``httpx.ASGITransport``).
+
+    ``chunks``: how many content pieces a streamed answer is split into; ``chunk_delay_s``: the
+    pause between them; ``first_byte_delay_s``: the wait before any answer (``x-mock-delay-ms``
+    overrides it per request).
+    """
+    mock = MockUpstream(chunks=chunks, chunk_delay_s=chunk_delay_s, first_byte_delay_s=first_byte_delay_s)
+    routes = [Route("/healthz", mock.healthz, methods=["GET"])]
+    for prefix in ("/v1", ""):
+        routes += [
+            Route(f"{prefix}/chat/completions", mock.chat_completions, methods=["POST"]),
+            Route(f"{prefix}/models", mock.models, methods=["GET"]),
+        ]
+    routes.append(Route("/{path:path}", mock.not_found, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]))
+    return Starlette(routes=routes)

@@ -1,0 +1,203 @@
+"""``last_n_observations``: SWE-agent's ``LastNObservations`` (seed 003).
+
+Of the N observations, positions ``[1, max(0, floor(N / polling) * polling - n))`` have their content
+replaced by ``Old environment output: (L lines omitted)``; the first observation (SWE-agent's instance
+template) is never elided by count; a keep tag saves an observation, a remove tag elides it even when
+recent, and remove beats keep.
+
+Observations are the messages annotated ``message_type: observation``; when none is annotated, the
+first user message followed by every tool message.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pydantic import Field, PrivateAttr, field_serializer
+
+from proxy.core.messages import (
+    OBSERVATION,
+    Message,
+    image_count,
+    tags_of,
+)
+from proxy.filters.base import Filter, FilterContext
+
+TagSet = frozenset[str]
+
+
+def observation_positions(messages: Sequence[Message]) -> list[int]:
+    """Indices of the observations, oldest first.
+
+    The messages annotated ``message_type: observation``; when none is, the first user message
+    (SWE-agent's instance template, an observation there) and every tool message.
+    """
+    annotated: list[int] = []
+    tools: list[int] = []
+    first_user: int | None = None
+    for i, message in enumerate(messages):
+        if message.get("message_type") == OBSERVATION:
+            annotated.append(i)
+        role = message.get("role")
+        if role == "tool":
+            tools.append(i)
+        elif role == "user" and first_user is None:
+            first_user = i
+    if annotated:
+        return annotated
+    if first_user is not None:
+        bisect.insort(tools, first_user)
+    return tools
+
+
+def elided_by_count(observation_count: int, n: int, polling: int) -> range:
+    """Observation positions elided by count: ``[1, max(0, floor(N / polling) * polling - n))``."""
+    return range(1, max(0, (observation_count // polling) * polling - n))
+
+
+def line_count(text: str) -> int:
+    """``len(text.splitlines())``, without building the lines.
+
+    ASCII text whose only line boundary is ``\\n`` (the usual tool output) has one line per
+    ``\\n``, plus one for a last line that does not end with it; any other text is split.
+    """
+    if (
+        text.isascii()
+        and "\r" not in text
+        and "\x0b" not in text
+        and "\x0c" not in text
+        and "\x1c" not in text
+        and "\x1d" not in text
+        and "\x1e" not in text
+    ):
+        return text.count("\n") + (0 if text == "" or text.endswith("\n") else 1)
+    return len(text.splitlines())
+
+
+def elision_notice(content: Any) -> str:
+    """``Old environment output: (L lines omitted)``, plus `` (I images omitted)`` when there are images.
+
+    L counts ``str.splitlines()`` of the string content, or of every text part summed.
+    """
+    if isinstance(content, str):
+        return f"Old environment output: ({line_count(content)} lines omitted)"
+    lines = 0
+    if isinstance(content, list):
+        lines = sum(
+            line_count(part["text"])
+            for part in content
+            if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+        )
+    notice = f"Old environment output: ({lines} lines omitted)"
+    images = image_count(content)
+    if images > 0:
+        notice += f" ({images} images omitted)"
+    return notice
+
+
+def elided(message: Message, notices: NoticeMemo | None = None) -> Message:
+    """A copy of ``message`` whose content is the elision notice (one text part for list content).
+
+    With ``notices``, the notice of a ``str`` content comes from (and goes into) that memo.
+    """
+    content = message.get("content")
+    if notices is not None and content.__class__ is str:
+        return {**message, "content": notices.notice(content)}
+    notice = elision_notice(content)
+    if isinstance(content, list):
+        return {**message, "content": [{"type": "text", "text": notice}]}
+    return {**message, "content": notice}
+
+
+class NoticeMemo:
+    """The elision notices of string contents already elided, so an old observation's lines are
+    counted once rather than on every request that still carries it.
+
+    Bounded: at most ``max_entries`` contents and ``max_chars`` characters of them are held; the
+    oldest go first. Any two memos are equal: what a filter remembered never makes two
+    configurations differ.
+    """
+
+    def __init__(self, *, max_entries: int = 4096, max_chars: int = 8_000_000) -> None:
+        self.max_entries = max_entries
+        self.max_chars = max_chars
+        self._notices: dict[str, str] = {}
+        self._chars = 0
+
+    def notice(self, content: str) -> str:
+        """:func:`elision_notice` of a ``str`` content."""
+        notice = self._notices.get(content)
+        if notice is None:
+            notice = elision_notice(content)
+            if len(content) <= self.max_chars:
+                notices = self._notices
+                while notices and (len(notices) >= self.max_entries or self._chars + len(content) > self.max_chars):
+                    oldest = next(iter(notices))  # dicts keep insertion order
+                    del notices[oldest]
+                    self._chars -= len(oldest)
+                notices[content] = notice
+                self._chars += len(content)
+        return notice
+
+    def __len__(self) -> int:
+        return len(self._notices)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, NoticeMemo)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class LastNObservations(Filter):
+    """Elide all but the newest ``n`` observations, or the tagged ones (SWE-agent's rule).
+
+    ```yaml
+    worker: [{type: last_n_observations, n: 5, polling: 5}]
+    ```
+    """
+
+    type: Literal["last_n_observations"]
+    n: int = Field(ge=1)
+    """How many of the newest observations keep their content."""
+    polling: int = Field(default=1, ge=1)
+    """Move the elision boundary only every ``polling`` observations (keeps between n and n+polling)."""
+    always_keep_output_for_tags: TagSet = Field(default=frozenset({"keep_output"}))
+    """An observation tagged with one of these keeps its content even when old."""
+    always_remove_output_for_tags: TagSet = Field(default=frozenset({"remove_output"}))
+    """An observation tagged with one of these is elided even when recent (beats the keep tags)."""
+    cache_friendly = (
+        "only with polling > 1: the boundary moves once every `polling` observations, so between those "
+        "moves the elided prefix stays identical (polling 1 changes an old message on every new observation)"
+    )
+
+    _notices: NoticeMemo = PrivateAttr(default_factory=NoticeMemo)
+    # old observations stay the same strings from request to request: their notices are remembered
+
+    @field_serializer("always_keep_output_for_tags", "always_remove_output_for_tags")
+    def _sorted(self, tags: TagSet) -> list[str]:
+        return sorted(tags)
+
+    def apply(self, messages: list[Message], ctx: FilterContext) -> list[Message]:
+        positions = observation_positions(messages)
+        by_count = elided_by_count(len(positions), self.n, self.polling)
+        result = list(messages)
+        notices: NoticeMemo = self.private("_notices")
+        rewrites: list[tuple[Message, Message]] = []
+        for k, i in enumerate(positions):
+            message = messages[i]
+            if message.get("tags") is None:  # untagged, the usual case: the count alone decides
+                if k not in by_count:
+                    continue
+            else:
+                tags = tags_of(message)
+                if not (tags & self.always_remove_output_for_tags) and (
+                    k not in by_count or tags & self.always_keep_output_for_tags
+                ):
+                    continue
+            result[i] = copy = elided(message, notices)
+            rewrites.append((message, copy))
+        # the request's counter learns each copy's tokens from its original's: no walk over the copies
+        ctx.tokens.get(model=ctx.model).count_rewritten(rewrites, "content")
+        return result

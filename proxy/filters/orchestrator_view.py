@@ -1,0 +1,58 @@
+"""``orchestrator_view`` (seed 000): previous turns reduced to conversation, the current turn verbatim.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from proxy.core.messages import (
+    Message,
+    classify,
+)
+from proxy.filters._views import (
+    COMPLETION_TYPES,
+    TRACE_RESULT_TYPES,
+    assemble,
+    current_turn_bounds,
+    text_only,
+)
+from proxy.filters.base import Filter, FilterContext
+
+
+class OrchestratorView(Filter):
+    """The orchestrator's view: previous turns as conversation only, the current turn verbatim.
+
+    From the turns before the current one it keeps user messages and assistant text (an assistant
+    message with text and tool calls keeps its text); tool results, tool-call-only messages,
+    completion signals (``final``, ``synthesis``), observations and mid-history system messages are
+    dropped, and of what remains the newest ``max_conversation_turns`` messages are kept.
+
+    ```yaml
+    orchestrator: [{type: orchestrator_view, max_conversation_turns: 8}]
+    ```
+    """
+
+    type: Literal["orchestrator_view"]
+    max_conversation_turns: int = Field(default=8, ge=1)
+    """How many conversation messages of previous turns to keep, newest first (counts messages, as the source does)."""
+    cache_friendly = "no: the conversation window slides by one message per turn; no knob makes it stable"
+
+    def apply(self, messages: list[Message], ctx: FilterContext) -> list[Message]:
+        lead, current = current_turn_bounds(messages)
+        kinds = classify(messages, ctx.completion_tools)
+        conversation: list[tuple[int, Message]] = []
+        for i in range(lead, current):
+            message = messages[i]
+            if message.get("role") not in ("user", "assistant"):
+                continue
+            if kinds[i] in COMPLETION_TYPES or kinds[i] in TRACE_RESULT_TYPES:
+                continue
+            reduced = text_only(message)
+            if reduced is not None:
+                conversation.append((i, reduced))
+        kept = {i: messages[i] for i in range(lead)}
+        kept.update(conversation[-self.max_conversation_turns :])
+        kept.update((i, messages[i]) for i in range(current, len(messages)))
+        return assemble(messages, kept)

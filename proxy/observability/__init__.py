@@ -1,0 +1,1 @@
+"""What operators see: Prometheus metrics, the access line, log setup."""

@@ -1,0 +1,1 @@
+"""One request through the caller's chain: resolve, run, validate, report."""

@@ -1,0 +1,209 @@
+"""The outermost layer of every request: its config, admission, and the client going away.
+
+:class:`RequestGuard` wraps the whole app (plain ASGI, no framework) and, for each HTTP request:
+
+- pins the serving state (config, pipeline, upstreams) the request started on, so a config reload
+  while it runs never changes it half-way (see :mod:`proxy.server.reload`);
+- admits it or answers ``429`` with ``Retry-After`` at once when ``limits.max_concurrent`` requests
+  under ``/v1/`` are already in flight (the admin, health and metrics routes are never refused);
+- watches the connection once the request body has been read (for requests still running after
+  ``WATCH_AFTER_S``), and when the client disconnects before the answer is complete, cancels the
+  request's work: the upstream request (still waiting for its first byte, or mid-stream), a filter
+  chain, a retry backoff. httpx closes an upstream connection it was cancelled on, so the upstream
+  sees its client leave too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+import anyio
+
+from proxy.errors import OverloadedError
+from proxy.observability.metrics import Exchange, request_id_for
+
+log = logging.getLogger("history_proxy")
+
+Message = MutableMapping[str, Any]
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+CLIENT_CLOSED = 499  # nginx's status for a client that went away before the answer
+LIMITED_PREFIX = "/v1/"
+OVERLOAD_RETRY_AFTER_S = 1
+WATCH_AFTER_S = 0.05
+"""How long a request runs before its connection is watched (bounds the extra delay in noticing)."""
+_DISCONNECT: Message = {"type": "http.disconnect"}
+_EMPTY_BODY: Message = {"type": "http.request", "body": b"", "more_body": False}
+
+
+class GuardedProxy(Protocol):
+    """What the guard needs from the app it wraps."""
+
+    def pin_state(self) -> AbstractContextManager[Any]:
+        """Hold the current serving state for this request; yields it (with ``.config``)."""
+        ...
+
+    def finish(self, exchange: Exchange, status: int | None = None) -> None:
+        """Count and log a request once."""
+        ...
+
+
+def _has_body(scope: Scope) -> bool:
+    for name, value in scope.get("headers", ()):
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() not in (b"", b"0")):
+            return True
+    return False
+
+
+class ClientWatch:
+    """The request's ``receive`` and ``send`` seen by the app, and a watcher for the client leaving.
+
+    While the body is being read, the app's ``receive`` is the server's. Once the app has the whole
+    body (at once for a request without one) and the request is still running ``WATCH_AFTER_S``
+    later, a watcher task owns the server's ``receive`` and waits for ``http.disconnect``; the app's
+    later ``receive`` calls wait for the same event.
+    """
+
+    def __init__(self, scope: Scope, receive: Receive, send: Send, on_gone: Callable[[], None]) -> None:
+        self._receive = receive
+        self._send = send
+        self._on_gone = on_gone
+        self._owes_empty_body = not _has_body(scope)
+        self._body_done = False
+        self._gone = asyncio.Event()
+        self._timer: asyncio.TimerHandle | None = None
+        self._watcher: asyncio.Task[None] | None = None
+        self.answered = False
+        """The final body message of the response was sent."""
+        self.left = False
+        """The client disconnected before the answer was complete."""
+        if self._owes_empty_body:
+            self._arm()
+
+    async def receive(self) -> Message:
+        if self._owes_empty_body:
+            self._owes_empty_body = False  # the server has nothing else to give for a bodiless request
+            return dict(_EMPTY_BODY)
+        if not self._body_done:
+            message = await self._receive()
+            if message["type"] == "http.disconnect":
+                self._body_done = True
+                self._gone.set()
+            elif not message.get("more_body", False):
+                self._body_done = True
+                self._arm()
+            return message
+        await self._gone.wait()
+        return dict(_DISCONNECT)
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            self.answered = True
+        await self._send(message)
+
+    def _arm(self) -> None:
+        # most answers are complete within a few milliseconds: only a request still running after
+        # WATCH_AFTER_S gets a watcher task, so the quick ones pay for a timer, not a task
+        self._timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, self._start_watching)
+
+    def _start_watching(self) -> None:
+        self._timer = None
+        self._watcher = asyncio.get_running_loop().create_task(
+            self._watch(), name="history-proxy client watch"
+        )
+
+    async def _watch(self) -> None:
+        while (await self._receive())["type"] != "http.disconnect":
+            pass  # a bodiless request's own empty body message, or nothing
+        self._gone.set()
+        if not self.answered:
+            self.left = True
+            self._on_gone()
+
+    async def aclose(self) -> None:
+        """Stop the watcher and wait for it, so no task outlives the request."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        watcher, self._watcher = self._watcher, None
+        if watcher is None or watcher.done():
+            return
+        watcher.cancel()
+        with anyio.CancelScope(shield=True):
+            await asyncio.wait([watcher])
+
+
+class RequestGuard:
+    """ASGI middleware: pinned state, ``max_concurrent`` admission, cancel on client disconnect."""
+
+    def __init__(self, app: ASGIApp, proxy: GuardedProxy) -> None:
+        self.app = app
+        self.proxy = proxy
+        self.in_flight = 0
+        """Admitted requests under ``/v1/`` not yet finished (streams included)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        scope.setdefault("state", {})
+        with self.proxy.pin_state() as state:
+            limited = str(scope.get("path", "")).startswith(LIMITED_PREFIX)
+            limit = state.config.limits.max_concurrent
+            if limited and limit is not None and self.in_flight >= limit:
+                await self._refuse(scope, send, limit)
+                return
+            self.in_flight += limited
+            try:
+                await self._run(scope, receive, send)
+            finally:
+                self.in_flight -= limited
+
+    async def _run(self, scope: Scope, receive: Receive, send: Send) -> None:
+        with anyio.CancelScope() as cancel:
+            watch = ClientWatch(scope, receive, send, cancel.cancel)
+            try:
+                await self.app(scope, watch.receive, watch.send)
+            finally:
+                await watch.aclose()
+        if watch.left:
+            exchange = scope["state"].get("exchange")
+            request_id = exchange.request_id if isinstance(exchange, Exchange) else "-"
+            log.info(
+                "client went away before the answer to request %s was complete; its work was cancelled",
+                request_id,
+            )
+            if isinstance(exchange, Exchange):
+                self.proxy.finish(exchange, CLIENT_CLOSED)
+
+    async def _refuse(self, scope: Scope, send: Send, limit: int) -> None:
+        headers = {
+            name.decode("latin-1").lower(): value.decode("latin-1")
+            for name, value in scope.get("headers", ())
+        }
+        exchange = Exchange(
+            request_id_for(headers), scope.get("method", ""), scope.get("path", ""), time.perf_counter()
+        )
+        error = OverloadedError(
+            f"the proxy is already serving {limit} requests (limits.max_concurrent); retry shortly",
+            retry_after_s=OVERLOAD_RETRY_AFTER_S,
+        )
+        body = json.dumps(error.body(), separators=(",", ":")).encode()
+        response_headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"x-request-id", exchange.request_id.encode()),
+            *((name.encode(), value.encode()) for name, value in error.headers().items()),
+        ]
+        self.proxy.finish(exchange, error.status_code)
+        await send({"type": "http.response.start", "status": error.status_code, "headers": response_headers})
+        await send({"type": "http.response.body", "body": body, "more_body": False})

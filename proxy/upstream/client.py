@@ -1,0 +1,290 @@
+"""Forwarding to upstreams: the one shared httpx client, header hygiene, retries, fallbacks, streaming.
+
+What a client sees for each outcome of :meth:`Upstreams.open` and :meth:`UpstreamReply.stream`:
+
+    connect error / connect timeout           retried with backoff, then the route's fallbacks, then
+                                              502 UpstreamUnavailableError / 504 UpstreamTimeoutError
+    429, 502, 503 before any byte was sent    retried (Retry-After honoured up to a cap), then fallbacks,
+                                              then the last answer passed through
+    read timeout before the headers           504 UpstreamTimeoutError (not retried: the upstream may
+                                              already be working on it)
+    reset / protocol error before headers     502 UpstreamUnavailableError (not retried, same reason)
+    any other answer                          passed through: status, end-to-end headers, raw bytes
+    failure after the first byte              SSE: in-band ``data: {"error": ...}`` then ``data: [DONE]``;
+                                              other bodies just end
+
+This module and :mod:`proxy.upstream.pools` (the connections) import httpx; ``app.py`` turns an
+:class:`UpstreamReply` into a response; the built-in mock runs in :mod:`proxy.devtools.mock_server`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import email.utils
+import logging
+import random
+import re
+import time
+import urllib.parse
+from collections.abc import AsyncIterable, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from proxy.config.models import Config
+from proxy.core.messages import Message, strip_annotations
+from proxy.devtools.mock_server import MockUpstreamServer
+from proxy.errors import InvalidRequestError, ProxyError, UpstreamUnavailableError
+from proxy.upstream.headers import (
+    upstream_authorization,
+    wire_request_headers,
+)
+from proxy.upstream.pools import ClientPool
+from proxy.upstream.reply import UpstreamReply, transport_error
+from proxy.upstream.transport import Address, Timeouts
+
+log = logging.getLogger("history_proxy.upstream")
+
+RETRY_STATUSES = frozenset({429, 502, 503})
+PARSED_URLS = 1024
+_DOT_SEGMENT = re.compile(r"(?:^|/)\.\.?(?:/|$)")
+SUMMARY_PURPOSE = "summary"
+"""``x-history-purpose`` of the proxy's own summary requests."""
+
+Body = bytes | Callable[[str], Awaitable[bytes]] | AsyncIterable[bytes] | None
+"""What to send: fixed bytes, bytes built per upstream (a fallback may need other cache marks),
+a one-shot stream (never retried), or nothing."""
+
+
+def retry_after_s(headers: httpx.Headers) -> float | None:
+    """Seconds an upstream asked us to wait (``retry-after-ms``, ``retry-after`` seconds or date)."""
+    millis = headers.get("retry-after-ms")
+    if millis is not None:
+        try:
+            return max(0.0, float(millis) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        moment = email.utils.parsedate_tz(value)
+        return None if moment is None else max(0.0, email.utils.mktime_tz(moment) - time.time())
+
+
+class Upstreams:
+    """The shared client and the built-in mock; sends requests to named upstreams."""
+
+    def __init__(self, config: Config, *, backoff_s: float = 0.25, max_retry_wait_s: float = 8.0) -> None:
+        self.config = config
+        self.backoff_s = backoff_s
+        self.max_retry_wait_s = max_retry_wait_s
+        self._pool = ClientPool()
+        self._addresses: dict[tuple[str, str, str], Address] = {}
+        self._mock: MockUpstreamServer | None = None
+        self._prepared: _Prepared | None = None
+
+    async def start(self) -> None:
+        """Open the client pool, and the built-in mock when an upstream is served by it."""
+        self._pool.open(self._prepare().timeouts)
+        if any(u.is_mock for u in self.config.upstreams.values()):
+            self._mock = MockUpstreamServer()
+            await self._mock.start()
+
+    async def stop(self) -> None:
+        """Close the client pool (shared by every reconfigured view) and stop the mock."""
+        await self._pool.close()
+        if self._mock is not None:
+            await self._mock.stop()
+            self._mock = None
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        """One of the shared clients, in turn."""
+        return self._pool.next()
+
+    async def reconfigured(self, config: Config) -> Upstreams:
+        """A view routing by a reloaded ``config`` that shares this client and built-in mock.
+
+        Starts the mock when ``config`` is the first to need it; the last view stops everything.
+        """
+        view = copy.copy(self)
+        view.config = config
+        if view._mock is None and any(u.is_mock for u in config.upstreams.values()):
+            view._mock = MockUpstreamServer()
+            await view._mock.start()
+        return view
+
+    def url(self, name: str, path: str, query: str = "") -> str:
+        """The upstream URL for a path below ``/v1`` (the mock's local address for mock upstreams).
+
+        Only the config names the scheme, host and base path: a path that is not absolute or holds
+        ``.``/``..`` segments (which would climb out of the base path) is refused with a 400.
+        """
+        if not path.startswith("/") or _DOT_SEGMENT.search(urllib.parse.unquote(path)):
+            message = "the request path must be absolute and without '.' or '..' segments"
+            raise InvalidRequestError(message, code="invalid_path")
+        return f"{self._base(name)}{path}" + (f"?{query}" if query else "")
+
+    def _base(self, name: str) -> str:
+        base = self._prepare().bases[name]
+        if base is None:
+            if self._mock is None:
+                raise UpstreamUnavailableError(f"upstream {name!r} is the built-in mock, which is not running")
+            return self._mock.base_url
+        return base
+
+    def _address(self, name: str, path: str, query: str) -> Address:
+        """Where :meth:`url` points, parsed once (httpx's parser costs more than a request's whole send)."""
+        key = (self._base(name), path, query)
+        address = self._addresses.get(key)
+        if address is None:
+            url = self.url(name, path, query)  # refuses paths climbing out of the base path
+            try:
+                parsed = httpx.URL(url)
+            except httpx.InvalidURL:
+                message = "the request path or query cannot be forwarded"
+                raise InvalidRequestError(message, code="invalid_path") from None
+            if len(self._addresses) >= PARSED_URLS:  # arbitrary forwarded paths must not grow it forever
+                self._addresses.clear()
+            address = self._addresses[key] = Address.of(parsed)
+        return address
+
+    def _prepare(self) -> _Prepared:
+        """This config's per-upstream pieces, computed once per config (views share the rest)."""
+        prepared = self._prepared
+        if prepared is None or prepared.config is not self.config:
+            limits, upstreams = self.config.limits, self.config.upstreams.items()
+            prepared = self._prepared = _Prepared(
+                self.config,
+                Timeouts(limits.connect_timeout_s, limits.read_timeout_s, limits.read_timeout_s),
+                {name: None if upstream.is_mock else upstream.base_url for name, upstream in upstreams},
+                {name: upstream_authorization(upstream) for name, upstream in upstreams},
+            )
+        return prepared
+
+    async def open(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: str,
+        headers: Sequence[tuple[str, str]],
+        names: Sequence[str],
+        body: Body,
+    ) -> UpstreamReply:
+        """Send to the first of ``names`` that answers, retrying before any byte reaches the client.
+
+        ``names`` is the route: the primary upstream, then its fallbacks. Returns once response
+        headers arrived; raises 502/504 ``ProxyError``s when no upstream could be reached.
+        """
+        replayable = not isinstance(body, AsyncIterable)
+        candidates = list(names) if replayable else list(names[:1])
+        proxy_keys = bool(self.config.auth.keys)
+        prepared = self._prepare()
+        waited = 0.0
+        attempts = 0
+        failure: ProxyError | None = None
+        for index, name in enumerate(candidates):
+            upstream = self.config.upstreams[name]
+            tries = upstream.retries + 1 if replayable else 1
+            content = await body(name) if callable(body) else body
+            outgoing = wire_request_headers(headers, prepared.authorizations[name], client_auth_is_proxy_key=proxy_keys)
+            for attempt in range(tries):
+                address = self._address(name, path, query)
+                attempts += 1
+                started = time.perf_counter()
+                try:
+                    answer = await self._pool.exchange(address, method, outgoing, content, prepared.timeouts)
+                except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                    # nothing reached the upstream: safe to try again
+                    waited += time.perf_counter() - started
+                    failure = transport_error(name, exc)
+                    log.info("upstream %s: %s (attempt %d)", name, type(exc).__name__, attempt + 1)
+                    delay = None if attempt == tries - 1 else self._backoff(attempt)
+                except httpx.HTTPError as exc:
+                    raise transport_error(name, exc) from None
+                else:
+                    waited += time.perf_counter() - started
+                    retryable = answer.status_code in RETRY_STATUSES
+                    delay = (
+                        self._retry_wait(httpx.Headers(answer.raw_headers), attempt)
+                        if retryable and attempt < tries - 1
+                        else None
+                    )
+                    if not retryable or (delay is None and index == len(candidates) - 1):
+                        return UpstreamReply(name, answer, attempts, waited * 1000)
+                    await answer.aclose()
+                    log.info("upstream %s answered %d (attempt %d)", name, answer.status_code, attempt + 1)
+                if delay is None:
+                    break
+                await asyncio.sleep(delay)
+                waited += delay
+        # the last upstream either answered (returned above) or could not be reached
+        raise failure or UpstreamUnavailableError("no upstream could be reached")
+
+    def _backoff(self, attempt: int) -> float:
+        return float(min(self.backoff_s * 2**attempt, self.max_retry_wait_s) * random.uniform(0.5, 1.0))
+
+    def _retry_wait(self, headers: httpx.Headers, attempt: int) -> float | None:
+        """The wait before the next try; ``None`` when the upstream asks for longer than the cap."""
+        asked = retry_after_s(headers)
+        if asked is None:
+            return self._backoff(attempt)
+        return asked if asked <= self.max_retry_wait_s else None
+
+    async def summarize(
+        self, messages: list[Message], *, model: str, upstream: str | None, prompt: str, timeout_s: float
+    ) -> str:
+        """Ask ``model`` (non-streaming) to summarize ``messages``; the ``Summarizer`` protocol."""
+        name = upstream or self.config.route(model)[0]
+        target = self.config.upstreams[name]
+        payload = {
+            "model": model,
+            "messages": [*strip_annotations(messages), {"role": "user", "content": prompt}],
+        }
+        # Sent straight to the upstream, never through a filter chain; the purpose header tells the
+        # mock (and a history-proxy further along) that this is a summary request.
+        headers = [
+            ("content-type", "application/json"),
+            ("x-history-purpose", SUMMARY_PURPOSE),
+            ("x-agent-role", "summarizer"),
+        ]
+        if target.key is not None:
+            headers.append(("authorization", f"Bearer {target.key}"))
+        try:
+            response = await self.client.post(
+                self.url(name, "/chat/completions"), json=payload, headers=headers, timeout=timeout_s
+            )
+        except httpx.HTTPError as exc:
+            raise transport_error(name, exc) from None
+        if response.status_code != 200:
+            raise UpstreamUnavailableError(f"summary call to upstream {name!r} answered {response.status_code}")
+        content = _first_choice_text(response.json())
+        if not content:
+            raise UpstreamUnavailableError(f"summary call to upstream {name!r} returned no text")
+        return content
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """What :meth:`Upstreams.open` needs of a config, computed once per config, not per request."""
+
+    config: Config
+    timeouts: Timeouts
+    bases: dict[str, str | None]
+    """Each upstream's base URL (None: the built-in mock's, known once it runs)."""
+    authorizations: dict[str, tuple[bytes, bytes] | None]
+    """Each upstream's own Authorization header, as sent (None: the client's may be forwarded)."""
+
+
+def _first_choice_text(answer: Any) -> str:
+    try:
+        content = answer["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        return ""
+    return content.strip() if isinstance(content, str) else ""

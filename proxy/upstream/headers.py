@@ -1,0 +1,100 @@
+"""Header hygiene at the proxy's edge: which client headers go upstream and which answer headers come back.
+
+Hop-by-hop headers (the fixed list and any a ``Connection`` header names) and ``Proxy-*`` headers
+never cross the proxy; the upstream's own key replaces the client's Authorization.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from proxy.config.models import UpstreamConfig
+
+HOP_BY_HOP = frozenset(
+    {"connection", "keep-alive", "te", "trailer", "trailers", "transfer-encoding", "upgrade"}
+)
+NOT_FORWARDED = frozenset({"host", "content-length", "accept-encoding", "authorization"})
+# the proxy's server writes its own Date and Server; two of each would be a malformed answer
+NOT_RETURNED = frozenset({"content-length", "date", "server"})
+
+
+def _dropped_names(headers: Iterable[tuple[str, str]]) -> set[str]:
+    """Hop-by-hop names: the fixed list plus any that a ``Connection`` header names."""
+    named = {
+        token.strip().lower()
+        for name, value in headers
+        if name.lower() == "connection"
+        for token in value.split(",")
+    }
+    return set(HOP_BY_HOP) | named
+
+
+def _end_to_end(headers: Sequence[tuple[str, str]], also_drop: frozenset[str]) -> list[tuple[str, str]]:
+    drop = _dropped_names(headers) | also_drop
+    kept: list[tuple[str, str]] = []
+    for name, value in headers:
+        lower = name.lower()
+        if lower not in drop and not lower.startswith("proxy-"):
+            kept.append((lower, value))
+    return kept
+
+
+def response_headers(headers: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """End-to-end upstream response headers to return (Content-Encoding kept: the bytes are raw)."""
+    return _end_to_end(headers, NOT_RETURNED)
+
+
+FORWARD_DROPPED = HOP_BY_HOP | NOT_FORWARDED
+IDENTITY_ENCODING = (b"accept-encoding", b"identity")
+
+
+def upstream_authorization(upstream: UpstreamConfig) -> tuple[bytes, bytes] | None:
+    """The Authorization header carrying the upstream's own key, as sent (None without a key)."""
+    key = upstream.key
+    return None if key is None else (b"authorization", f"Bearer {key}".encode("latin-1", "replace"))
+
+
+def wire_request_headers(
+    client_headers: Sequence[tuple[str, str]],
+    authorization: tuple[bytes, bytes] | None,
+    *,
+    client_auth_is_proxy_key: bool,
+) -> list[tuple[bytes, bytes]]:
+    """Headers to send upstream, as latin-1 bytes (the server decoded them as latin-1), in one pass.
+
+    End-to-end client headers in order (hop-by-hop, the ones a ``Connection`` header names,
+    ``Proxy-*``, Host, Content-Length and Accept-Encoding dropped), then the Authorization, then
+    ``accept-encoding: identity`` (raw bytes are relayed; identity keeps the proxy's own errors
+    readable). ``authorization`` is :func:`upstream_authorization` of the upstream, computed once
+    per config: the upstream's own key replaces the client's; without one the client's passes,
+    unless it carries a proxy key (``auth.keys`` configured).
+    """
+    kept: list[tuple[str, str]] = []
+    client_auth: list[str] = []
+    named: set[str] | None = None
+    for name, value in client_headers:
+        lower = name.lower()
+        if lower in FORWARD_DROPPED or lower.startswith("proxy-"):
+            if lower == "connection":
+                named = (named or set()) | {token.strip().lower() for token in value.split(",")}
+            elif lower == "authorization":
+                client_auth.append(value)
+            continue
+        kept.append((lower, value))
+    out = [
+        (name.encode("latin-1"), value.encode("latin-1", "replace"))
+        for name, value in kept
+        if named is None or name not in named
+    ]
+    if authorization is not None:
+        out.append(authorization)
+    elif not client_auth_is_proxy_key:
+        out += [(b"authorization", value.encode("latin-1", "replace")) for value in client_auth]
+    out.append(IDENTITY_ENCODING)
+    return out
+
+
+def decode_headers(raw: Sequence[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
+    """Raw answer headers as text, names lowercased, decoded as latin-1: one character per byte,
+    so encoding them back as latin-1 relays exactly the bytes the upstream sent."""
+    return [(name.lower().decode("latin-1"), value.decode("latin-1")) for name, value in raw]

@@ -1,0 +1,136 @@
+"""One upstream answer as the server relays it: status, end-to-end headers, whole or streamed body.
+
+A failure after the first byte of an SSE answer goes in-band (:func:`sse_error_event`); transport
+errors become the proxy's 502/504 errors (:func:`transport_error`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import anyio
+import httpx
+
+from proxy.errors import ProxyError, UpstreamTimeoutError, UpstreamUnavailableError
+from proxy.upstream.headers import decode_headers, response_headers
+from proxy.upstream.transport import Answer, LeanAnswer
+
+log = logging.getLogger("history_proxy.upstream")
+
+WHOLE_ANSWER_BYTES = 8 * 1024 * 1024
+
+
+def sse_error_event(error: ProxyError) -> bytes:
+    """An OpenAI-style in-band error event followed by the end-of-stream marker."""
+    return b"data: " + json.dumps(error.body(), separators=(",", ":")).encode() + b"\n\ndata: [DONE]\n\n"
+
+
+@dataclass
+class UpstreamReply:
+    """An upstream answer whose headers arrived; the body is still to be read or streamed."""
+
+    upstream: str
+    response: Answer
+    """The answer as the transport handed it over (status, raw headers, raw body)."""
+    attempts: int
+    wait_ms: float
+    """Time spent waiting for upstreams (sends and backoff), excluded from the proxy overhead."""
+    broken: bool = field(default=False, init=False)
+    """Set when the body broke off after streaming started."""
+    complete: bool = field(default=False, init=False)
+    """Set when the whole body was relayed."""
+    first_byte_at: float | None = field(default=None, init=False)
+    """When :meth:`stream` received the first piece of the body (``time.perf_counter``)."""
+    _decoded: list[tuple[str, str]] | None = field(default=None, init=False, repr=False)
+
+    @property
+    def status_code(self) -> int:
+        return self.response.status_code
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.response.status_code < 300
+
+    def _header(self, name: str) -> str:
+        """The value of header ``name`` (repeats joined with ``", "``, as httpx does; empty when absent)."""
+        if self._decoded is None:
+            self._decoded = decode_headers(self.response.raw_headers)
+        return ", ".join([value for key, value in self._decoded if key == name])
+
+    @property
+    def is_sse(self) -> bool:
+        return self._header("content-type").startswith("text/event-stream")
+
+    @property
+    def is_whole_json(self) -> bool:
+        """A JSON answer of a declared length up to ``WHOLE_ANSWER_BYTES``: read at once, not relayed
+        piece by piece (a chunked JSON answer may be slow or long, and is relayed as it arrives)."""
+        length, kind = self._header("content-length"), self._header("content-type")
+        return length.isdigit() and int(length) <= WHOLE_ANSWER_BYTES and "json" in kind.lower()
+
+    @property
+    def headers(self) -> list[tuple[str, str]]:
+        """End-to-end response headers (hop-by-hop, Content-Length, Date and Server dropped)."""
+        if self._decoded is None:
+            self._decoded = decode_headers(self.response.raw_headers)
+        return response_headers(self._decoded)
+
+    async def read(self) -> bytes:
+        """The whole raw body (error and non-streamed answers, passed through verbatim)."""
+        pieces: list[bytes] = []
+        answer = self.response
+        try:
+            while (piece := await answer.next_piece()) is not None:
+                if self.first_byte_at is None:
+                    self.first_byte_at = time.perf_counter()
+                pieces.append(piece)
+            self.complete = True
+            return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        except httpx.HTTPError as exc:
+            raise transport_error(self.upstream, exc) from None
+        finally:
+            await self.aclose()
+
+    async def stream(self) -> AsyncIterator[bytes]:
+        """The raw body as it arrives; a failure after the first byte ends it as the docstring above says."""
+        answer = self.response
+        try:
+            while (piece := await answer.next_piece()) is not None:
+                if self.first_byte_at is None:
+                    self.first_byte_at = time.perf_counter()
+                yield piece
+            self.complete = True
+        except httpx.HTTPError as exc:
+            self.broken = True
+            error = transport_error(self.upstream, exc, mid_stream=True)
+            log.warning("upstream %s broke off mid-stream: %s", self.upstream, error.message)
+            if self.is_sse:
+                yield sse_error_event(error)
+        finally:
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        """Release the upstream connection (idempotent; completes even while being cancelled)."""
+        if isinstance(self.response, LeanAnswer):
+            self.response.release()  # no wait in it: nothing for a cancellation to interrupt
+            return
+        with anyio.CancelScope(shield=True):
+            await self.response.aclose()
+
+
+def transport_error(upstream: str, exc: httpx.HTTPError, *, mid_stream: bool = False) -> ProxyError:
+    when = " mid-stream" if mid_stream else ""
+    if isinstance(exc, httpx.TimeoutException):
+        return UpstreamTimeoutError(
+            f"upstream {upstream!r} timed out{when} ({type(exc).__name__}); "
+            "raise limits.read_timeout_s / limits.connect_timeout_s if it is only slow"
+        )
+    return UpstreamUnavailableError(
+        f"upstream {upstream!r} is unreachable or reset the connection{when} ({type(exc).__name__})"
+    )
+
+
