@@ -17,7 +17,8 @@ test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest $(ARGS)
 
 lint: $(VENV)/.installed-dev
-	$(BIN)/ruff check proxy tests
+	$(BIN)/ruff check proxy tests bench scripts
+	$(BIN)/ruff format --check proxy tests bench scripts
 	$(BIN)/mypy
 
 readme:

@@ -97,7 +97,7 @@ def start(
             stdin=subprocess.DEVNULL,
             env=env,
             cwd=cwd,
-            preexec_fn=_die_with_parent if os.name == "posix" else None,  # noqa: PLW1509
+            preexec_fn=_die_with_parent if os.name == "posix" else None,
         )
     started = Started(name, process, log_path, cpus)
     pin(process.pid, cpus)

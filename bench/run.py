@@ -300,7 +300,7 @@ class Runner:
                 )
             )
         figures = summarise_cell(segments, cell.stream)
-        for target, chain, started in self.targets:
+        for target, chain, _started in self.targets:
             figures[target.name]["chain"] = chain or ("-" if target.name != DIRECT else None)
         return {
             "id": cell.id,

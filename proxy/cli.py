@@ -271,10 +271,14 @@ def build_parser() -> argparse.ArgumentParser:
             "totals. Nothing is sent anywhere (a summarize filter shows its fallback)."
         ),
     )
-    replay_.add_argument("file", metavar="FILE", help="chat-completions request body holding the whole conversation")
+    replay_.add_argument(
+        "file", metavar="FILE", help="chat-completions request body holding the whole conversation"
+    )
     _add_caller_options(replay_)
     replay_.add_argument("--html", metavar="OUT", help="also write a self-contained HTML page with a chart")
-    replay_.add_argument("--json", action="store_true", help="print JSON (steps and totals) instead of a table")
+    replay_.add_argument(
+        "--json", action="store_true", help="print JSON (steps and totals) instead of a table"
+    )
     replay_.set_defaults(handler=cmd_replay)
 
     schema = commands.add_parser("schema", help="print the config file's JSON Schema")
@@ -317,6 +321,6 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into e.g. `head`: stop quietly, as other CLI tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
-    except Exception as exc:  # noqa: BLE001 -- the promise is one line, never a traceback
+    except Exception as exc:
         print(f"history-proxy {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
     return 1

@@ -107,6 +107,8 @@ class UpstreamTimeoutError(ProxyError):
     code = "upstream_timeout"
 
 
-def error_body(message: str, error_type: str, *, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+def error_body(
+    message: str, error_type: str, *, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
     """``{"error": {"message", "type", "param", "code"}}`` as OpenAI answers errors."""
     return {"error": {"message": message, "type": error_type, "param": param, "code": code}}

@@ -15,9 +15,23 @@ DOCS = ROOT / "docs" / "filters"
 START, END = "<!-- filters -->", "<!-- /filters -->"
 # SPEC section 5's order; a doc not listed here is appended in name order.
 ORDER = [
-    "passthrough", "orchestrator_view", "manager_view", "worker_view", "tool_call_filter", "token_limiter",
-    "tool_result_truncation", "worker_compaction", "sop_digest", "manager_digest", "last_n_observations",
-    "tag_tool_call_observations", "remove_regex", "sliding_window", "truncate", "summarize", "cache_control",
+    "passthrough",
+    "orchestrator_view",
+    "manager_view",
+    "worker_view",
+    "tool_call_filter",
+    "token_limiter",
+    "tool_result_truncation",
+    "worker_compaction",
+    "sop_digest",
+    "manager_digest",
+    "last_n_observations",
+    "tag_tool_call_observations",
+    "remove_regex",
+    "sliding_window",
+    "truncate",
+    "summarize",
+    "cache_control",
     "custom",
 ]
 

@@ -25,9 +25,15 @@ def assistant(text: str | None = "Done.", **extra: Any) -> Message:
     return {"role": "assistant", "content": text, **extra}
 
 
-def call(name: str = "bash", arguments: dict[str, Any] | str | None = None, call_id: str | None = None) -> dict[str, Any]:
+def call(
+    name: str = "bash", arguments: dict[str, Any] | str | None = None, call_id: str | None = None
+) -> dict[str, Any]:
     args = arguments if isinstance(arguments, str) else json.dumps(arguments or {})
-    return {"id": call_id or f"call_{next(_ids)}", "type": "function", "function": {"name": name, "arguments": args}}
+    return {
+        "id": call_id or f"call_{next(_ids)}",
+        "type": "function",
+        "function": {"name": name, "arguments": args},
+    }
 
 
 def action(*calls: dict[str, Any], text: str | None = None, **extra: Any) -> Message:
@@ -59,7 +65,9 @@ def corpus_files() -> list[Path]:
     """Every corpus conversation; raises, naming the directory, when there is none (never zero cases)."""
     files = sorted(CORPUS_DIR.glob("*.json"))
     if not files:
-        raise FileNotFoundError(f"no corpus conversations in {CORPUS_DIR}: the corpus ships with the repository")
+        raise FileNotFoundError(
+            f"no corpus conversations in {CORPUS_DIR}: the corpus ships with the repository"
+        )
     return files
 
 

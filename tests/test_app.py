@@ -47,8 +47,6 @@ class Exploding:
         raise RuntimeError("filter bug")
 
 
-
-
 def make_config(*, auth: bool = False, **overrides: Any) -> Config:
     raw: dict[str, Any] = {
         "upstreams": {
@@ -166,7 +164,9 @@ async def test_a_stream_that_breaks_mid_way_ends_with_an_in_band_error(mocked: r
     assert events[-1] == "[DONE]"
 
 
-async def test_upstream_headers_outside_latin_1_reach_the_client_byte_for_byte(mocked: respx.MockRouter) -> None:
+async def test_upstream_headers_outside_latin_1_reach_the_client_byte_for_byte(
+    mocked: respx.MockRouter,
+) -> None:
     euro = "price in \u20ac".encode()  # UTF-8 bytes beyond latin-1: once a 500 (decoded, then re-encoded)
     mocked.post(f"{MAIN}/chat/completions").mock(
         return_value=httpx.Response(200, json=COMPLETION, headers=[(b"x-note", euro)])
@@ -627,7 +627,9 @@ def test_the_factory_refuses_a_bad_config_with_located_errors(
         ("a\tb\x7fc", "line\nbreak\r", "a?b?c", "passthrough,line?break?"),
     ],
 )
-def test_history_headers_carry_only_printable_ascii(role: str, note: str, sent_role: str, sent_filters: str) -> None:
+def test_history_headers_carry_only_printable_ascii(
+    role: str, note: str, sent_role: str, sent_filters: str
+) -> None:
     result = PipelineResult(body={}, report={"notes": [note]}, applied=["passthrough"], tokens_before=9)
     headers = history_headers(result, role)
     assert headers["x-history-role"] == sent_role and headers["x-history-filters"] == sent_filters

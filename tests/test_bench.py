@@ -18,7 +18,7 @@ from bench.floor import UPSTREAM_ENV as FLOOR_UPSTREAM_ENV
 from bench.loadgen import Target, build_request, percentile, run_load
 from bench.report import paired_difference, summarise_cell, write_results
 from bench.run import select_cells
-from proxy.core.messages import invariant_errors
+from proxy.core.invariants import invariant_errors
 from proxy.pipeline.run import request_messages
 
 ROOT = Path(__file__).resolve().parent.parent

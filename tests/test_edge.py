@@ -43,7 +43,9 @@ async def test_whole_answers_carry_a_content_length_unless_they_cannot_have_a_bo
 ) -> None:
     content = b"" if status == 204 else b'{"ok": true}'
     upstream = httpx.Response(
-        status, content=content, headers={"content-type": "application/json", "content-length": str(len(content))}
+        status,
+        content=content,
+        headers={"content-type": "application/json", "content-length": str(len(content))},
     )
     mocked.post(f"{MAIN}/chat/completions").mock(return_value=upstream)
     async with serve(make_config()) as client:
@@ -63,16 +65,23 @@ async def test_a_streamed_answer_is_relayed_without_a_content_length(mocked: res
     assert response.headers["content-type"] == "text/event-stream"
 
 
-async def test_under_a_root_path_chat_completions_answer_as_on_the_fast_path(mocked: respx.MockRouter) -> None:
+async def test_under_a_root_path_chat_completions_answer_as_on_the_fast_path(
+    mocked: respx.MockRouter,
+) -> None:
     mocked.post(f"{MAIN}/chat/completions").mock(return_value=httpx.Response(200, json=COMPLETION))
     app = create_app(make_config())
     answers: list[httpx.Response] = []
     for root_path in ("", "/proxy"):
         transport = httpx.ASGITransport(app=app, root_path=root_path)
-        async with app.router.lifespan_context(app), httpx.AsyncClient(transport=transport, base_url="http://p") as client:
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(transport=transport, base_url="http://p") as client,
+        ):
             answers.append(
                 await client.post(
-                    f"{root_path}/v1/chat/completions", json=chat(), headers={"x-request-id": "same", "x-agent-role": "worker"}
+                    f"{root_path}/v1/chat/completions",
+                    json=chat(),
+                    headers={"x-request-id": "same", "x-agent-role": "worker"},
                 )
             )
     fast, routed = answers
@@ -85,10 +94,14 @@ async def test_under_a_root_path_chat_completions_answer_as_on_the_fast_path(moc
 
 async def test_proxy_errors_on_the_fast_path_are_openai_shaped(mocked: respx.MockRouter) -> None:
     async with serve(make_config()) as client:
-        response = await client.post("/v1/chat/completions", content=b"{nope", headers={"x-request-id": "r-1"})
+        response = await client.post(
+            "/v1/chat/completions", content=b"{nope", headers={"x-request-id": "r-1"}
+        )
     body: dict[str, Any] = response.json()
     assert response.status_code == 400 and body["error"]["code"] == "invalid_json"
-    assert response.headers["x-request-id"] == "r-1" and response.headers["content-type"] == "application/json"
+    assert (
+        response.headers["x-request-id"] == "r-1" and response.headers["content-type"] == "application/json"
+    )
 
 
 def test_fresh_request_ids_are_distinct_uuid4_hex() -> None:

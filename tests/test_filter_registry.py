@@ -28,7 +28,9 @@ def test_the_config_union_lists_exactly_the_filter_classes() -> None:
 
 
 def test_each_filter_lives_in_the_module_named_by_its_type_tag() -> None:
-    assert {cls.__module__ for cls in FILTER_CLASSES} == {f"proxy.filters.{type_tag(cls)}" for cls in FILTER_CLASSES}
+    assert {cls.__module__ for cls in FILTER_CLASSES} == {
+        f"proxy.filters.{type_tag(cls)}" for cls in FILTER_CLASSES
+    }
 
 
 def test_the_filter_package_holds_one_module_per_type_and_private_helpers() -> None:

@@ -54,7 +54,6 @@ COMPLETION = {
 }
 
 
-
 def example_roles() -> dict[str, Any]:
     """Every role chain of every example config, as ``<example>.<role>``."""
     roles: dict[str, Any] = {}
@@ -105,7 +104,10 @@ class Live:
 
 @pytest.fixture(scope="module")
 def live() -> Iterator[Live]:
-    with respx.mock(assert_all_called=False, using=UPSTREAM_MOCKER) as router, start_blocking_portal("asyncio") as portal:
+    with (
+        respx.mock(assert_all_called=False, using=UPSTREAM_MOCKER) as router,
+        start_blocking_portal("asyncio") as portal,
+    ):
         router.route(host="upstream.test").mock(return_value=httpx.Response(200, json=COMPLETION))
         app = create_app(hostile_config())
         client = httpx.AsyncClient(

@@ -25,7 +25,6 @@ SECRET = "sk-PLANTEDsecret0123456789abcdef"
 COMPLETION = {"object": "chat.completion", "choices": [{"message": {"role": "assistant", "content": "ok"}}]}
 
 
-
 def nested(depth: int, leaf: Any) -> Any:
     value = leaf
     for level in range(depth):

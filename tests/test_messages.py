@@ -7,18 +7,21 @@ import copy
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.core.messages import (
-    Message,
+from proxy.core.invariants import (
     broken_invariants,
     cache_mark_count,
+    invariant_errors,
+    invariants_hold,
+    tool_pair_errors,
+)
+from proxy.core.messages import (
+    Message,
     classify,
     current_turn_start,
     group_spans,
     groups,
     has_text,
     image_count,
-    invariant_errors,
-    invariants_hold,
     is_action,
     is_turn_start,
     keep_spans,
@@ -30,7 +33,6 @@ from proxy.core.messages import (
     text_of,
     tool_call_ids,
     tool_call_names,
-    tool_pair_errors,
     turn_spans,
 )
 from tests.factories import action, assistant, call, exchange, parallel, result, system, user

@@ -56,8 +56,6 @@ class Exploding:
         raise RuntimeError("filter bug")
 
 
-
-
 def make_config(**overrides: Any) -> Config:
     raw: dict[str, Any] = {
         "upstreams": {"main": {"base_url": MAIN, "retries": 0}},
@@ -148,7 +146,9 @@ async def test_counts_stay_right_past_the_number_of_label_sets_remembered(
         for _ in range(3):
             for role in ("worker", "manager"):
                 await client.post("/v1/chat/completions", json=body, headers={"x-agent-role": role})
-            await client.post("/v1/chat/completions", content=b"{not json", headers={"x-agent-role": "worker"})
+            await client.post(
+                "/v1/chat/completions", content=b"{not json", headers={"x-agent-role": "worker"}
+            )
         scrape = samples((await client.get("/metrics")).text)
     requests = "history_proxy_requests_total"
     assert value(scrape, requests, role="worker", upstream="main", status="200") == 3

@@ -13,7 +13,8 @@ from proxy.config.loading import parse_config
 from proxy.config.models import Config
 from proxy.config.policies import PoliciesConfig
 from proxy.core.identity import Identity
-from proxy.core.messages import Message, NotApplicable, cache_mark_count
+from proxy.core.invariants import cache_mark_count
+from proxy.core.messages import Message, NotApplicable
 from proxy.core.tokens import TokenCounters
 from proxy.errors import FilterError, InvalidRequestError
 from proxy.filters import Filter, FilterContext
@@ -265,7 +266,11 @@ def test_a_role_without_a_chain_is_forwarded_unchanged_but_stripped() -> None:
 
 
 def test_an_unchanged_chain_reports_the_same_figures_after_as_before_in_their_own_objects() -> None:
-    plain = [system("You are a coding agent."), *exchange(output="setup.py\nsrc/"), user("Now run the tests.")]
+    plain = [
+        system("You are a coding agent."),
+        *exchange(output="setup.py\nsrc/"),
+        user("Now run the tests."),
+    ]
     outcome = run(make_config(roles={"worker": [Passthrough()]}), body(plain))
     before, after = outcome.report["before"], outcome.report["after"]
     assert after == before
@@ -392,7 +397,9 @@ def test_an_input_that_already_broke_an_invariant_is_not_blamed_on_the_filter() 
 
 
 def test_the_filter_that_broke_an_invariant_is_named_even_when_later_filters_ran() -> None:
-    config = make_config(roles={"worker": [Record(note="a"), BreakPairs(), Record(note="b"), DropFirstAfterSystem()]})
+    config = make_config(
+        roles={"worker": [Record(note="a"), BreakPairs(), Record(note="b"), DropFirstAfterSystem()]}
+    )
     with pytest.raises(FilterError) as caught:
         run(config, body())
     assert (caught.value.filter_type, caught.value.position) == ("break_pairs", "policies.roles.worker[1]")
@@ -419,8 +426,15 @@ def test_a_filter_that_breaks_an_invariant_and_then_cannot_apply_is_a_500_not_a_
 
 def test_per_filter_token_figures_equal_a_fresh_count_of_every_output() -> None:
     reads = [action(call("bash", {"cmd": f"cat log{k}"}, call_id=f"r{k}")) for k in range(3)]
-    logs = [[act, result(act, f"log line {k}\n" * 40, message_type="observation")] for k, act in enumerate(reads)]
-    messages = [*conversation(), *(m for pair in logs for m in pair), assistant("Read them."), user("And now?")]
+    logs = [
+        [act, result(act, f"log line {k}\n" * 40, message_type="observation")] for k, act in enumerate(reads)
+    ]
+    messages = [
+        *conversation(),
+        *(m for pair in logs for m in pair),
+        assistant("Read them."),
+        user("And now?"),
+    ]
     chain = [
         Record(note="first note"),
         DropFirstAfterSystem(),
@@ -444,27 +458,39 @@ def test_per_filter_token_figures_equal_a_fresh_count_of_every_output() -> None:
 
 def test_a_growing_conversation_tokenizes_only_its_new_strings_per_request() -> None:
     tokens = TokenCounters()
-    pipeline = Pipeline(make_config(roles={"worker": [TokenLimiter(type="token_limiter", limit=100_000)]}), tokens)
+    pipeline = Pipeline(
+        make_config(roles={"worker": [TokenLimiter(type="token_limiter", limit=100_000)]}), tokens
+    )
     history = conversation()
     asyncio.run(pipeline.run(copy.deepcopy(body(history)), Identity(role="worker")))
     misses = tokens.get(model="gpt-4o").misses
     grown = [*history, assistant("Tests pass."), user("Ship it.")]
-    asyncio.run(pipeline.run(copy.deepcopy(body(grown)), Identity(role="worker")))  # parsed afresh, as from JSON
+    asyncio.run(
+        pipeline.run(copy.deepcopy(body(grown)), Identity(role="worker"))
+    )  # parsed afresh, as from JSON
     assert tokens.get(model="gpt-4o").misses == misses + 2
 
 
 @pytest.mark.parametrize(
     ("message", "field"),
     [
-        ({"role": "assistant", "content": None, "tool_calls": [{"id": 7, "function": {"name": "f"}}]}, "tool_calls"),
-        ({"role": "assistant", "tool_calls": [{"id": "a", "function": {"name": "f", "arguments": {}}}]}, "tool_calls"),
+        (
+            {"role": "assistant", "content": None, "tool_calls": [{"id": 7, "function": {"name": "f"}}]},
+            "tool_calls",
+        ),
+        (
+            {"role": "assistant", "tool_calls": [{"id": "a", "function": {"name": "f", "arguments": {}}}]},
+            "tool_calls",
+        ),
         ({"role": "tool", "content": "ok", "tool_call_id": 5}, "tool_call_id"),
         ({"role": "user", "content": "hi", "name": None}, "name"),
         ({"role": "user", "content": {"text": "hi"}}, "content"),
         ({"role": "user", "content": [{"type": "text", "text": 3}]}, "content"),
     ],
 )
-def test_every_malformed_field_is_caught_whatever_else_the_message_holds(message: Message, field: str) -> None:
+def test_every_malformed_field_is_caught_whatever_else_the_message_holds(
+    message: Message, field: str
+) -> None:
     with pytest.raises(InvalidRequestError) as caught:
         run(make_config(), {"messages": [user(), message]})
     assert caught.value.message.startswith(f"messages[1].{field} must be")

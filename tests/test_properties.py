@@ -24,13 +24,12 @@ from pydantic import ValidationError
 
 from proxy.config.loading import ConfigError, load_config
 from proxy.config.models import Config
+from proxy.core.invariants import broken_invariants, invariant_errors
 from proxy.core.messages import (
     Message,
     NotApplicable,
-    broken_invariants,
     group_spans,
     has_text,
-    invariant_errors,
     leading_system_count,
     newest_user_index,
     text_of,
@@ -459,7 +458,7 @@ def test_every_filter_keeps_the_invariants_on_every_corpus_conversation() -> Non
             snapshot = copy.deepcopy(messages)
             try:
                 out = run_filter(case.filter, messages, ctx)
-            except Exception as exc:  # noqa: BLE001 -- every failure is listed below, not just the first
+            except Exception as exc:
                 failures.append(f"{path.name} / {case.name}: raised {type(exc).__name__}: {exc}")
                 checked += 1
                 continue

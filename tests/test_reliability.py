@@ -47,7 +47,6 @@ COMPLETION = json.dumps(
 REASONS = {200: "OK", 503: "Service Unavailable"}
 
 
-
 # --- a misbehaving upstream ------------------------------------------------------------------
 
 

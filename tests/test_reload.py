@@ -49,7 +49,6 @@ COMPLETION = {
 }
 
 
-
 @pytest.fixture
 def mocked() -> Iterator[respx.MockRouter]:
     with respx.mock(assert_all_called=False, using=UPSTREAM_MOCKER) as router:
@@ -117,9 +116,7 @@ async def test_admin_reload_swaps_in_the_edited_file(mocked: respx.MockRouter, t
         assert answer.json()["status"] == "reloaded" and answer.json()["generation"] == 1
         assert "1 upstream(s)" in answer.json()["config"]
         assert await filters_now(client) == "tool_result_truncation"
-        assert (
-            proxy.pipeline.tokens is tokens and proxy.upstreams._pool is pool
-        )  # shared, not rebuilt
+        assert proxy.pipeline.tokens is tokens and proxy.upstreams._pool is pool  # shared, not rebuilt
 
 
 async def test_an_invalid_file_is_refused_with_located_errors_and_the_old_config_keeps_serving(

@@ -31,7 +31,6 @@ PROXY_KEY = "hp-proxy-key-for-tests-9876543210"
 LONG_OUTPUT = "\n".join(f"{i}: running test_case_{i} ... passed" for i in range(40))
 
 
-
 @pytest.fixture
 def upstream() -> Iterator[respx.MockRouter]:
     with respx.mock(assert_all_called=False, using=UPSTREAM_MOCKER) as router:

@@ -46,7 +46,6 @@ class Exploding:
         raise RuntimeError("filter bug")
 
 
-
 @pytest.fixture
 def upstream() -> Iterator[respx.Route]:
     with respx.mock(assert_all_called=False, using=UPSTREAM_MOCKER) as router:

@@ -34,7 +34,6 @@ REDIS_SERVER = shutil.which("redis-server")
 PREFIX = "test-history-proxy:"
 
 
-
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -120,7 +119,6 @@ class SlowUpstream:
         return httpx.Response(
             200, json={"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
         )
-
 
 
 def config_for(server: RedisServer) -> Config:

@@ -26,7 +26,6 @@ MAIN = "https://upstream.test/v1"
 KEEP_RECENT, STEP, REQUESTS = 2, 3, 20
 
 
-
 def completion(content: str) -> dict[str, Any]:
     return {
         "id": "chatcmpl-1",
@@ -58,7 +57,6 @@ class Upstream:
             )
         self.chat_requests.append(request)
         return httpx.Response(200, json=completion("ok"))
-
 
 
 def planner_config(**summarize: Any) -> Config:

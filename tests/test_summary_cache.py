@@ -19,7 +19,6 @@ from tests.factories import action, assistant, call, result, user
 pytestmark = pytest.mark.anyio
 
 
-
 class CountingSummarizer:
     """Counts calls; optionally holds every call until ``release`` is set, or fails."""
 

@@ -109,7 +109,9 @@ def test_counts_match_tiktoken_itself(counters: TokenCounters) -> None:
         )
 
 
-def test_a_loaded_encoding_drops_its_python_rank_table_and_counts_as_a_full_one(counters: TokenCounters) -> None:
+def test_a_loaded_encoding_drops_its_python_rank_table_and_counts_as_a_full_one(
+    counters: TokenCounters,
+) -> None:
     """The rank dict tiktoken keeps beside its Rust core (~27 MB for o200k_base) is released."""
     text = "def main():\n    print('héllo, wörld') 🙂 🚀\n\t\treturn 42  # naïve café " * 3
     for name in ENCODINGS:
@@ -165,7 +167,13 @@ def test_a_request_view_counts_each_message_object_once_and_agrees_with_the_coun
     act = action(call("bash", {"cmd": "ls"}), text="Listing.")
     messages = [
         WatchedMessage(m)
-        for m in (system(), user("Fix it.", name="alice"), act, assistant(None, refusal="no"), user("x", tags=["t"]))
+        for m in (
+            system(),
+            user("Fix it.", name="alice"),
+            act,
+            assistant(None, refusal="no"),
+            user("x", tags=["t"]),
+        )
     ]
     view = counters.for_request().get(model="gpt-4o")
     first = view.messages(messages)
@@ -189,7 +197,9 @@ FIELD_VALUES = st.one_of(
                 st.none(),
                 st.integers(),
                 st.text(max_size=4),
-                st.dictionaries(st.sampled_from(["name", "arguments"]), st.one_of(st.none(), st.text(max_size=4))),
+                st.dictionaries(
+                    st.sampled_from(["name", "arguments"]), st.one_of(st.none(), st.text(max_size=4))
+                ),
             ),
             max_size=3,
         ),
@@ -198,10 +208,24 @@ FIELD_VALUES = st.one_of(
     st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=2),
 )
 MESSAGE_KEYS = st.sampled_from(
-    ["role", "content", "name", "tool_call_id", "tool_calls", "tags", "message_type", "phase_id", "agent", "refusal", "x"]
+    [
+        "role",
+        "content",
+        "name",
+        "tool_call_id",
+        "tool_calls",
+        "tags",
+        "message_type",
+        "phase_id",
+        "agent",
+        "refusal",
+        "x",
+    ]
 )
 MESSAGE_LIKE = st.one_of(
-    st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "tool"])}, optional={"content": FIELD_VALUES})
+    st.fixed_dictionaries(
+        {"role": st.sampled_from(["user", "assistant", "tool"])}, optional={"content": FIELD_VALUES}
+    )
     | st.dictionaries(MESSAGE_KEYS, FIELD_VALUES, max_size=5),
     FIELD_VALUES,
 )
@@ -238,7 +262,11 @@ def test_a_message_changed_by_a_filter_is_a_new_object_and_is_counted_again() ->
 
 
 @settings(max_examples=60, deadline=None)
-@given(conversations(), st.sampled_from(["content", "name", "tool_call_id", "tags", "vendor"]), st.text(max_size=40))
+@given(
+    conversations(),
+    st.sampled_from(["content", "name", "tool_call_id", "tags", "vendor"]),
+    st.text(max_size=40),
+)
 def test_a_rewritten_copy_counts_as_a_walk_over_it_counts(messages: list[Any], key: str, text: str) -> None:
     """``count_rewritten`` (how last_n_observations' copies are counted) agrees with counting each copy."""
     view = TokenCounters().for_request().get(model="gpt-4o")

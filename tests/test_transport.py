@@ -87,7 +87,9 @@ async def scripted(answer: Answer) -> AsyncIterator[ScriptedServer]:
 
 
 @asynccontextmanager
-async def client(timeout: float = 5, keepalive_s: float = 30) -> AsyncIterator[tuple[httpx.AsyncClient, LeanTransport]]:
+async def client(
+    timeout: float = 5, keepalive_s: float = 30
+) -> AsyncIterator[tuple[httpx.AsyncClient, LeanTransport]]:
     transport = LeanTransport(
         httpx.create_ssl_context(), keepalive_s=keepalive_s, fallback=httpx.AsyncHTTPTransport()
     )
@@ -135,7 +137,9 @@ async def test_a_streamed_request_body_is_sent_chunked() -> None:
 
 async def test_chunked_answers_arrive_piece_by_piece_without_framing() -> None:
     stream = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
-    stream += b"".join(b"%x\r\n%b\r\n" % (len(e), e) for e in (b"data: 1\n\n", b"data: [DONE]\n\n")) + b"0\r\n\r\n"
+    stream += (
+        b"".join(b"%x\r\n%b\r\n" % (len(e), e) for e in (b"data: 1\n\n", b"data: [DONE]\n\n")) + b"0\r\n\r\n"
+    )
     async with scripted(answering(stream)) as server, client() as (http, transport):
         async with http.stream("POST", f"{server.url}/v1/chat/completions", content=b"{}") as answer:
             assert b"".join([piece async for piece in answer.aiter_raw()]) == b"data: 1\n\ndata: [DONE]\n\n"
@@ -151,13 +155,19 @@ async def test_an_answer_without_length_ends_when_the_upstream_closes() -> None:
 
 
 async def test_an_interim_100_continue_is_skipped() -> None:
-    async with scripted(answering(b"HTTP/1.1 100 Continue\r\n\r\n" + ok(b"final"))) as server, client() as (http, _):
+    async with (
+        scripted(answering(b"HTTP/1.1 100 Continue\r\n\r\n" + ok(b"final"))) as server,
+        client() as (http, _),
+    ):
         answer = await http.post(f"{server.url}/v1/x", content=b"{}")
     assert (answer.status_code, answer.content) == (200, b"final")
 
 
 async def test_connection_close_from_the_upstream_is_honoured() -> None:
-    async with scripted(answering(ok(extra=b"connection: close\r\n"), keep=False)) as server, client() as (http, transport):
+    async with (
+        scripted(answering(ok(extra=b"connection: close\r\n"), keep=False)) as server,
+        client() as (http, transport),
+    ):
         for _ in range(2):
             assert (await http.get(f"{server.url}/v1/models")).status_code == 200
         assert (server.connections, transport.idle_connections) == (2, 0)
@@ -257,7 +267,10 @@ async def test_a_large_answer_read_slowly_is_held_back_not_buffered_whole() -> N
 
 
 async def test_head_requests_go_through_httpx_own_transport() -> None:
-    async with scripted(answering(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n")) as server, client() as (http, transport):
+    async with (
+        scripted(answering(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n")) as server,
+        client() as (http, transport),
+    ):
         answer = await http.head(f"{server.url}/v1/models")
         assert (answer.status_code, answer.headers["content-length"], answer.content) == (200, "5", b"")
         assert transport.idle_connections == 0  # the lean pool never saw it
@@ -268,8 +281,24 @@ def certificate(tmp_path: Path) -> tuple[Path, Path]:
     """A throwaway self-signed certificate for ``localhost`` and its key."""
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
-         "-addext", "subjectAltName=DNS:localhost", "-keyout", str(key), "-out", str(cert)],
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
         check=True,
         capture_output=True,
     )

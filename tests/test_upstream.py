@@ -79,7 +79,9 @@ class BreaksAfter(httpx.AsyncByteStream):
 # --- headers --------------------------------------------------------------------------------
 
 
-async def test_the_upstream_gets_no_http_library_headers_the_caller_did_not_send(mocked: respx.MockRouter) -> None:
+async def test_the_upstream_gets_no_http_library_headers_the_caller_did_not_send(
+    mocked: respx.MockRouter,
+) -> None:
     route = mocked.post(f"{MAIN}/chat/completions").mock(return_value=httpx.Response(200, json=COMPLETION))
     async with opened(make_config()) as upstreams:
         await (await post(upstreams)).read()
@@ -389,7 +391,9 @@ async def test_a_failed_summary_call_raises_so_the_filter_can_fall_back(mocked: 
 async def test_an_upstreams_set_cookie_never_rides_along_on_later_requests(mocked: respx.MockRouter) -> None:
     """The pooled client is shared by every caller and tenant: it must keep no cookie jar."""
     route = mocked.post(f"{MAIN}/chat/completions").mock(
-        side_effect=[httpx.Response(200, json=COMPLETION, headers={"set-cookie": "session=tenant-a-secret; Path=/"})]
+        side_effect=[
+            httpx.Response(200, json=COMPLETION, headers={"set-cookie": "session=tenant-a-secret; Path=/"})
+        ]
         + [httpx.Response(200, json=COMPLETION) for _ in range(3)]
     )
     async with opened(make_config()) as upstreams:

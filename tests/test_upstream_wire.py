@@ -62,7 +62,9 @@ async def sent(
         upstreams = Upstreams(parse_config(raw, env={}))
         await upstreams.start()
         try:
-            reply = await upstreams.open(method, path, query=query, headers=headers, names=["main"], body=body)
+            reply = await upstreams.open(
+                method, path, query=query, headers=headers, names=["main"], body=body
+            )
             assert await reply.read() == (b"" if method == "HEAD" else b'{"ok":true}')
         finally:
             await upstreams.stop()
@@ -89,7 +91,9 @@ async def test_a_post_carries_the_end_to_end_headers_then_the_upstream_key_and_i
 
 async def test_without_an_upstream_key_the_client_authorization_is_forwarded() -> None:
     head = await sent("POST", "/chat/completions", b"{}", key=None)
-    assert b"authorization: Bearer sk-client\r\naccept-encoding: identity\r\nContent-Length: 2\r\n\r\n{}" in head
+    assert (
+        b"authorization: Bearer sk-client\r\naccept-encoding: identity\r\nContent-Length: 2\r\n\r\n{}" in head
+    )
 
 
 async def test_a_client_authorization_holding_a_proxy_key_is_never_forwarded() -> None:
@@ -168,7 +172,9 @@ async def test_an_http_proxy_named_in_the_environment_gets_the_request_in_absolu
         upstreams = Upstreams(config)
         await upstreams.start()
         try:
-            reply = await upstreams.open("POST", "/x", query="", headers=[("x-a", "1")], names=["main"], body=b"{}")
+            reply = await upstreams.open(
+                "POST", "/x", query="", headers=[("x-a", "1")], names=["main"], body=b"{}"
+            )
             assert (reply.status_code, await reply.read()) == (200, b"via the proxy")
         finally:
             await upstreams.stop()
@@ -229,8 +235,23 @@ async def test_answer_headers_keep_every_byte_and_their_repeats() -> None:
 
 
 NAMES = st.sampled_from(
-    ["Connection", "connection", "keep-alive", "x-a", "X-B", "authorization", "Authorization", "proxy-x", "te",
-     "host", "content-length", "accept-encoding", "transfer-encoding", "upgrade", "x-tag"]
+    [
+        "Connection",
+        "connection",
+        "keep-alive",
+        "x-a",
+        "X-B",
+        "authorization",
+        "Authorization",
+        "proxy-x",
+        "te",
+        "host",
+        "content-length",
+        "accept-encoding",
+        "transfer-encoding",
+        "upgrade",
+        "x-tag",
+    ]
 )
 VALUES = st.text(st.characters(min_codepoint=32, max_codepoint=255), max_size=12) | st.sampled_from(
     ["x-a, X-B", " x-tag ,keep-alive", "Authorization", "close"]
@@ -253,7 +274,9 @@ def test_upstreams_get_the_end_to_end_headers_in_order_then_the_right_authorizat
         for name, value in headers
         if name.lower() not in FORWARD_DROPPED | named and not name.lower().startswith("proxy-")
     ]
-    client_auth = [(b"authorization", v.encode("latin-1")) for n, v in headers if n.lower() == "authorization"]
+    client_auth = [
+        (b"authorization", v.encode("latin-1")) for n, v in headers if n.lower() == "authorization"
+    ]
     if key is not None:
         authorization = [(b"authorization", f"Bearer {key}".encode("latin-1", "replace"))]
     else:

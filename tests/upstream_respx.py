@@ -47,7 +47,9 @@ class LeanTransportMocker(AbstractRequestMocker):
         )
 
     @classmethod
-    async def from_async_httpx_response(cls, httpx_response: httpx.Response, target: Any, **kwargs: Any) -> Any:
+    async def from_async_httpx_response(
+        cls, httpx_response: httpx.Response, target: Any, **kwargs: Any
+    ) -> Any:
         # a fresh response around the route's stream, as the transport hands one over
         response = httpx.Response(
             httpx_response.status_code,

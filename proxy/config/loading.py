@@ -69,7 +69,12 @@ def _filter_tag_positions(raw: Any, loc: tuple[Any, ...]) -> set[int]:
             tags.add(i)
         if part in ("function-after", "function-before", "function-wrap"):
             tags.add(i)
-        if part in POLICY_FORMS and i >= 3 and loc[i - 3] == "policies" and loc[i - 2] in ("tenants", "roles"):
+        if (
+            part in POLICY_FORMS
+            and i >= 3
+            and loc[i - 3] == "policies"
+            and loc[i - 2] in ("tenants", "roles")
+        ):
             tags.add(i)  # the tag of the list-or-mapping union of a tenant's or role's policy
     return tags
 
@@ -115,7 +120,9 @@ def _format_message(error: ErrorDetails) -> str:
 
 def validation_errors(exc: ValidationError, raw: Any) -> list[str]:
     """pydantic's errors as ``location: message`` lines (never the offending values)."""
-    return [f"{_format_loc(tuple(e['loc']), raw)}: {_format_message(e)}" for e in exc.errors(include_input=False)]
+    return [
+        f"{_format_loc(tuple(e['loc']), raw)}: {_format_message(e)}" for e in exc.errors(include_input=False)
+    ]
 
 
 def parse_config(raw: Any, env: dict[str, str] | None = None, source: str = "config") -> Config:

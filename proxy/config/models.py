@@ -27,6 +27,7 @@ from proxy.filters.cache_control import CacheControl
 
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parents[2] / "config" / "default.yaml"
 
+
 class UpstreamConfig(StrictModel):
     """One named upstream, an OpenAI-compatible base URL."""
 
@@ -128,7 +129,10 @@ class Config(StrictModel):
     cache_control: CacheControlSlot | None = None
     on_filter_error: Literal["reject", "passthrough"] = "reject"
     log_bodies: bool = False
-    """Put each chat completion's request body in its access line, secrets redacted (``proxy.observability.logs.redact``)."""
+    """Put each chat completion's request body in its access line, secrets redacted.
+
+    See ``proxy.observability.logs.redact``.
+    """
     summary_cache: SummaryCacheConfig = Field(default_factory=SummaryCacheConfig)
 
     @field_validator("upstreams")
@@ -194,7 +198,9 @@ class Config(StrictModel):
 
     def chain(self, role: str, tenant: str | None) -> list[tuple[str, Filter]]:
         """The filters for a caller, each with its config location (global, tenant, role)."""
-        located: list[tuple[str, Filter]] = [(f"policies.global[{i}]", f) for i, f in enumerate(self.policies.global_)]
+        located: list[tuple[str, Filter]] = [
+            (f"policies.global[{i}]", f) for i, f in enumerate(self.policies.global_)
+        ]
         if tenant is not None:
             located += self.policies.located("tenants", tenant)[1]
         located += self.policies.located("roles", role)[1]

@@ -18,29 +18,49 @@ from typing import Any
 
 Message = dict[str, Any]
 
+
 ANNOTATION_KEYS = frozenset({"tags", "message_type", "phase_id", "agent"})
+
+
 KNOWN_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+
+
 SYSTEM_ROLES = frozenset({"system", "developer"})
 
+
 TASK = "task"
+
+
 ACTION = "action"
+
+
 OBSERVATION = "observation"
+
+
 SYNTHESIS = "synthesis"
+
+
 FINAL = "final"
+
+
 GLOBAL_OBSERVATION = "global_observation"
+
+
 MESSAGE_TYPES = frozenset({TASK, ACTION, OBSERVATION, SYNTHESIS, FINAL, GLOBAL_OBSERVATION})
+
+
 # Inferred kinds for messages that carry no annotation and are neither task, action nor observation.
 CONVERSATION = "conversation"
+
+
 SYSTEM = "system"
+
 
 DEFAULT_COMPLETION_TOOLS = frozenset({"final_answer", "submit", "task_complete"})
 
 
 class NotApplicable(ValueError):
     """A filter cannot apply to this input (answered as a 400 naming the filter)."""
-
-
-# --- content -------------------------------------------------------------------------------
 
 
 def text_of(content: Any) -> str:
@@ -82,9 +102,6 @@ def map_text(content: Any, change: Any) -> Any:
     return content
 
 
-# --- tool calls ----------------------------------------------------------------------------
-
-
 def tool_calls(message: Message) -> list[dict[str, Any]]:
     """The message's tool calls (an empty list for none)."""
     calls = message.get("tool_calls")
@@ -117,9 +134,6 @@ def tool_call_ids(message: Message) -> list[str]:
     return [str(call.get("id")) for call in tool_calls(message)]
 
 
-# --- annotations ---------------------------------------------------------------------------
-
-
 def tags_of(message: Message) -> frozenset[str]:
     """The message's ``tags`` annotation as a set."""
     tags = message.get("tags")
@@ -138,7 +152,9 @@ def is_turn_start(message: Message) -> bool:
     return message.get("role") == "user"
 
 
-def classify(messages: Sequence[Message], completion_tools: Iterable[str] = DEFAULT_COMPLETION_TOOLS) -> list[str]:
+def classify(
+    messages: Sequence[Message], completion_tools: Iterable[str] = DEFAULT_COMPLETION_TOOLS
+) -> list[str]:
     """The message type of every message: its annotation, or the inference of SPEC section 3.
 
     Inference: user -> ``task``; assistant with tool calls -> ``action`` (``final`` when one of its
@@ -174,9 +190,6 @@ def strip_annotations(messages: Sequence[Message]) -> list[Message]:
     ]
 
 
-# --- structure: leading system, groups, turns ----------------------------------------------
-
-
 def leading_system_count(messages: Sequence[Message]) -> int:
     """How many system/developer messages open the list."""
     count = 0
@@ -200,7 +213,11 @@ def group_spans(messages: Sequence[Message], start: int = 0, end: int | None = N
         j = i + 1
         message = messages[i]
         # an action (is_action inlined: this runs for every message of every request)
-        if message.get("role") == "assistant" and isinstance(calls := message.get("tool_calls"), list) and calls:
+        if (
+            message.get("role") == "assistant"
+            and isinstance(calls := message.get("tool_calls"), list)
+            and calls
+        ):
             while j < stop and messages[j].get("role") == "tool":
                 j += 1
         spans.append((i, j))
@@ -273,127 +290,3 @@ def how_many_to_drop(sizes: Sequence[int], excess: int, step: int) -> int:
         freed += sizes[count]
         count += 1
     return in_steps(count, step, len(sizes))
-
-
-# --- validity (SPEC section 5 invariants) --------------------------------------------------
-
-
-def tool_pair_errors(messages: Sequence[Message]) -> list[str]:
-    """Violations of invariant 1 (tool messages paired with the nearest preceding tool calls)."""
-    errors: list[str] = []
-    open_ids: list[str] | None = None  # unanswered call ids of the current action, None outside one
-    open_at = -1
-    for i, message in enumerate(messages):
-        role = message.get("role")
-        if role == "tool":
-            call_id = message.get("tool_call_id")
-            if open_ids is None:
-                errors.append(f"messages[{i}]: tool message without a preceding assistant tool call")
-            elif call_id not in open_ids:
-                errors.append(f"messages[{i}]: tool_call_id {call_id!r} answers no call of messages[{open_at}]")
-            else:
-                open_ids.remove(call_id)
-            continue
-        if open_ids:
-            errors.append(f"messages[{open_at}]: tool calls {open_ids} not answered before messages[{i}]")
-        open_ids = None
-        if is_action(message):
-            open_ids = tool_call_ids(message)
-            open_at = i
-    return errors
-
-
-def empty_assistant_errors(messages: Sequence[Message]) -> list[str]:
-    """Violations of invariant 3 (an assistant message keeps text or tool calls)."""
-    return [
-        f"messages[{i}]: assistant message with neither content nor tool_calls"
-        for i, m in enumerate(messages)
-        if m.get("role") == "assistant"
-        and not tool_calls(m)
-        and not has_text(m)
-        and not m.get("refusal")
-        and not m.get("audio")
-        and not m.get("function_call")
-    ]
-
-
-MAX_CACHE_MARKS = 4
-
-
-def cache_mark_count(messages: Sequence[Message]) -> int:
-    """``cache_control`` marks on messages and on their content parts."""
-    count = 0
-    for message in messages:
-        if "cache_control" in message:
-            count += 1
-        content = message.get("content")
-        if isinstance(content, list):
-            count += sum(1 for part in content if isinstance(part, dict) and "cache_control" in part)
-    return count
-
-
-def invariant_errors(messages: Sequence[Message]) -> dict[str, list[str]]:
-    """Every invariant violation of a message list, by invariant name."""
-    marks = cache_mark_count(messages)
-    found = {
-        "non_empty": [] if messages else ["the message list is empty"],
-        "tool_pairs": tool_pair_errors(messages),
-        "assistant_content": empty_assistant_errors(messages),
-        "cache_marks": [f"{marks} cache_control marks (at most {MAX_CACHE_MARKS})"] if marks > MAX_CACHE_MARKS else [],
-    }
-    return {name: errors for name, errors in found.items() if errors}
-
-
-def invariants_hold(messages: Sequence[Message]) -> bool:
-    """``invariant_errors(messages) == {}``, in one pass that stops at the first violation.
-
-    The check a request pays for on every call; :func:`invariant_errors` says what is wrong.
-    """
-    if not messages:
-        return False
-    open_ids: list[str] | None = None  # as in tool_pair_errors
-    marks = 0
-    for message in messages:
-        role = message.get("role")
-        content = message.get("content")
-        if "cache_control" in message:
-            marks += 1
-        if content.__class__ is not str and isinstance(content, list):
-            marks += sum(1 for part in content if isinstance(part, dict) and "cache_control" in part)
-        if role == "tool":
-            call_id = message.get("tool_call_id")
-            if open_ids is None or call_id not in open_ids:
-                return False
-            open_ids.remove(call_id)
-            continue
-        if open_ids:
-            return False
-        open_ids = None
-        if role != "assistant":
-            continue
-        calls = message.get("tool_calls")
-        if isinstance(calls, list) and calls:
-            # most actions make one call: skip the comprehension's own frame for them
-            open_ids = [str(calls[0].get("id"))] if len(calls) == 1 else [str(call.get("id")) for call in calls]
-        elif not (
-            (content.strip() if isinstance(content, str) else has_text(message))
-            or message.get("refusal")
-            or message.get("audio")
-            or message.get("function_call")
-        ):
-            return False
-    return marks <= MAX_CACHE_MARKS
-
-
-def broken_invariants(before: Sequence[Message], after: Sequence[Message]) -> list[str]:
-    """Invariants that ``before`` satisfied and ``after`` breaks, as readable lines.
-
-    An input that already broke an invariant is not held to it (the upstream judges such input).
-    """
-    already = invariant_errors(before)
-    return [
-        f"{name}: {error}"
-        for name, errors in invariant_errors(after).items()
-        if name not in already
-        for error in errors[:3]
-    ]

@@ -122,7 +122,7 @@ class TokenCounter:
             return [walk(message) for message in messages]
         if not counted:  # the first count of the request: every message is new, remember them in bulk
             walked = [walk(message) for message in messages]
-            counted.update(zip(map(id, messages), walked))
+            counted.update(zip(map(id, messages), walked, strict=True))
             self._held.extend(messages)
             return walked
         # look every message up at C speed, then walk only the ones this request has not counted yet
@@ -136,9 +136,9 @@ class TokenCounter:
                     break
             new = [messages[i] for i in missing]
             walked = [walk(message) for message in new]
-            counted.update(zip(map(id, new), walked))
+            counted.update(zip(map(id, new), walked, strict=True))
             self._held.extend(new)
-            for i, count in zip(missing, walked):
+            for i, count in zip(missing, walked, strict=True):
                 counts[i] = count
         return counts  # type: ignore[return-value]
 
@@ -156,11 +156,15 @@ class TokenCounter:
         counted = self._counted
         if counted is not None:
             if None in counts:
-                plain = [(message, count) for message, count in zip(messages, counts) if count is not None]
+                plain = [
+                    (message, count)
+                    for message, count in zip(messages, counts, strict=True)
+                    if count is not None
+                ]
                 counted.update((id(message), count) for message, count in plain)
                 self._held.extend(message for message, _ in plain)
             else:
-                counted.update(zip(map(id, messages), counts))  # type: ignore[arg-type]
+                counted.update(zip(map(id, messages), counts, strict=True))  # type: ignore[arg-type]
                 self._held.extend(messages)
         return counts
 
@@ -192,7 +196,9 @@ class TokenCounter:
                     return None
                 if key == "content":
                     for part in value:  # plain parts: objects whose text, if any, is a string
-                        if part.__class__ is not dict or ("text" in part and part["text"].__class__ is not str):
+                        if part.__class__ is not dict or (
+                            "text" in part and part["text"].__class__ is not str
+                        ):
                             return None
                     total += self._parts(value)
                     continue
@@ -262,7 +268,9 @@ class TokenCounter:
 
 
 _STRING_KEYS = frozenset({"role", "name", "tool_call_id"})
-_NEVER_STRINGS = ANNOTATION_KEYS | {"tool_calls"}  # a plain message has no annotation, and no string tool_calls
+_NEVER_STRINGS = ANNOTATION_KEYS | {
+    "tool_calls"
+}  # a plain message has no annotation, and no string tool_calls
 
 
 class _StringCounts:
@@ -294,7 +302,9 @@ class TokenCounters:
         self._max_entries = max_entries
         self._shared: TokenCounters | None = None
 
-    def get(self, *, model: str = "", encoding: str = "auto", tokenizer: Tokenizer = "tiktoken") -> TokenCounter:
+    def get(
+        self, *, model: str = "", encoding: str = "auto", tokenizer: Tokenizer = "tiktoken"
+    ) -> TokenCounter:
         """The counter for ``encoding`` (``auto``: the model's), or the approximation."""
         name = encoding_for_model(model) if encoding == "auto" else encoding
         key = (tokenizer, name if tokenizer == "tiktoken" else "chars/4")

@@ -27,7 +27,9 @@ def message_list(body: Any) -> list[Any]:
         raise InvalidRequestError("the request body must be a JSON object")
     messages = body.get("messages")
     if messages is None:
-        raise InvalidRequestError("'messages' is required", param="messages", code="missing_required_parameter")
+        raise InvalidRequestError(
+            "'messages' is required", param="messages", code="missing_required_parameter"
+        )
     if not isinstance(messages, list):
         raise InvalidRequestError("'messages' must be a list of message objects", param="messages")
     if not messages:
@@ -78,12 +80,17 @@ def _check_fields(message: Message, where: str) -> None:
             param=f"{where}.tool_calls",
         )
     content = message.get("content")
-    if content is not None and not isinstance(content, str) and not (
-        isinstance(content, list)
-        and all(isinstance(part, dict) and isinstance(part.get("text", ""), str) for part in content)
+    if (
+        content is not None
+        and not isinstance(content, str)
+        and not (
+            isinstance(content, list)
+            and all(isinstance(part, dict) and isinstance(part.get("text", ""), str) for part in content)
+        )
     ):
         raise InvalidRequestError(
-            f"{where}.content must be a string, null or a list of content part objects", param=f"{where}.content"
+            f"{where}.content must be a string, null or a list of content part objects",
+            param=f"{where}.content",
         )
     for key in ("name", "tool_call_id"):
         if key in message and not isinstance(message[key], str):
@@ -99,11 +106,14 @@ def _check_annotations(message: Message, where: str) -> None:
     kind = message.get("message_type")
     if kind is not None and (not isinstance(kind, str) or kind not in MESSAGE_TYPES):
         raise InvalidRequestError(
-            f"{where}.message_type must be one of {', '.join(sorted(MESSAGE_TYPES))}", param=f"{where}.message_type"
+            f"{where}.message_type must be one of {', '.join(sorted(MESSAGE_TYPES))}",
+            param=f"{where}.message_type",
         )
     phase = message.get("phase_id")
     if phase is not None and (isinstance(phase, bool) or not isinstance(phase, int | str)):
-        raise InvalidRequestError(f"{where}.phase_id must be an integer or a string", param=f"{where}.phase_id")
+        raise InvalidRequestError(
+            f"{where}.phase_id must be an integer or a string", param=f"{where}.phase_id"
+        )
     agent = message.get("agent")
     if agent is not None and not isinstance(agent, str):
         raise InvalidRequestError(f"{where}.agent must be a string", param=f"{where}.agent")

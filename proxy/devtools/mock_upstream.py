@@ -123,7 +123,7 @@ def summarize_messages(messages: list[Message]) -> str:
         return "- nothing to summarize"
     if len(bullets) > MAX_SUMMARY_BULLETS:
         rest = len(bullets) - (MAX_SUMMARY_BULLETS - 1)
-        bullets = bullets[: MAX_SUMMARY_BULLETS - 1] + [f"- ... and {rest} more"]
+        bullets = [*bullets[: MAX_SUMMARY_BULLETS - 1], f"- ... and {rest} more"]
     return "\n".join(bullets)
 
 

@@ -92,7 +92,10 @@ def _without_marks(message: Message) -> str:
     clean = {k: v for k, v in message.items() if k != "cache_control"}
     content = clean.get("content")
     if isinstance(content, list):
-        parts = [{k: v for k, v in p.items() if k != "cache_control"} if isinstance(p, dict) else p for p in content]
+        parts = [
+            {k: v for k, v in p.items() if k != "cache_control"} if isinstance(p, dict) else p
+            for p in content
+        ]
         lone_text = len(parts) == 1 and isinstance(parts[0], dict) and set(parts[0]) == {"type", "text"}
         clean["content"] = parts[0]["text"] if lone_text else parts
     return json.dumps(clean, sort_keys=True, ensure_ascii=False)
@@ -101,7 +104,7 @@ def _without_marks(message: Message) -> str:
 def common_prefix_length(previous: list[str], current: list[str]) -> int:
     """How many leading messages two requests share byte for byte."""
     n = 0
-    for a, b in zip(previous, current):
+    for a, b in zip(previous, current, strict=False):
         if a != b:
             break
         n += 1
@@ -197,9 +200,7 @@ def render_html(result: ReplayResult, title: str) -> str:
         for q in (0.25, 0.5, 0.75)
         for y in [xy(0, round(peak * q))[1]]
     )
-    legend = "".join(
-        f'<span style="color:{colour}">&#9632; {label}</span> ' for _, label, colour in _SERIES
-    )
+    legend = "".join(f'<span style="color:{colour}">&#9632; {label}</span> ' for _, label, colour in _SERIES)
     axis = (
         f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="#333"/>'
         f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="#333"/>'
@@ -218,12 +219,13 @@ def render_html(result: ReplayResult, title: str) -> str:
 td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}</style></head>
 <body><h1>{html.escape(title)}</h1>
 <p>role <b>{html.escape(result.role)}</b>{" (shadow mode)" if result.mode == "shadow" else ""},
-chain <b>{html.escape(", ".join(result.chain) or "(none)")}</b>: {t['requests']} requests, {t['tokens_unfiltered']} tokens unfiltered,
-{t['tokens_sent']} sent ({t['saved_share'] * 100:.1f}% saved), {t['cached_share'] * 100:.1f}% of sent tokens a
+chain <b>{html.escape(", ".join(result.chain) or "(none)")}</b>: {t["requests"]} requests,
+{t["tokens_unfiltered"]} tokens unfiltered,
+{t["tokens_sent"]} sent ({t["saved_share"] * 100:.1f}% saved), {t["cached_share"] * 100:.1f}% of sent tokens a
 cacheable prefix.</p>
 <p>{legend}</p>
 <svg id="chart" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}"
- viewBox="0 0 {width} {height}">{grid}{axis}{''.join(lines)}</svg>
+ viewBox="0 0 {width} {height}">{grid}{axis}{"".join(lines)}</svg>
 <table><tr><th>request</th><th>messages sent</th><th>unfiltered</th><th>sent</th><th>cacheable prefix</th>
 <th>cached</th></tr>{rows}</table>
 </body></html>

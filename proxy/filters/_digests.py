@@ -6,10 +6,7 @@ into the request's ``messages``. Previews are made one line by collapsing whites
 
 from __future__ import annotations
 
-from proxy.core.messages import (
-    SYSTEM_ROLES,
-    Message,
-)
+from proxy.core.messages import SYSTEM_ROLES, Message
 
 STAGE_KEYWORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("HYPOTHESIS_STAGE", ("procedure", "hypothesis", "configuration", "yaml")),

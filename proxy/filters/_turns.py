@@ -11,11 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from proxy.core.messages import (
-    Message,
-    keep_spans,
-    newest_user_index,
-)
+from proxy.core.messages import Message, keep_spans, newest_user_index
 
 
 def without_oldest_turns(

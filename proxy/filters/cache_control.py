@@ -6,7 +6,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from proxy.core.messages import MAX_CACHE_MARKS, Message, cache_mark_count
+from proxy.core.invariants import MAX_CACHE_MARKS, cache_mark_count
+from proxy.core.messages import Message
 from proxy.filters.base import Filter, FilterContext
 
 

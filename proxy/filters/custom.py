@@ -20,7 +20,7 @@ def load_class(path: str) -> type:
     module_name, _, qualname = path.partition(":")
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001 - an import can fail in any way; the error must name the path
+    except Exception as exc:
         raise ValueError(f"cannot import {path!r}: {type(exc).__name__}: {exc}") from None
     found: Any = module
     for name in qualname.split("."):
@@ -28,7 +28,7 @@ def load_class(path: str) -> type:
         if found is None:
             raise ValueError(f"cannot import {path!r}: module {module_name!r} has no {qualname!r}")
     if not isinstance(found, type):
-        raise ValueError(f"{path!r} is not a class")  # noqa: TRY004 - pydantic reports ValueError only
+        raise ValueError(f"{path!r} is not a class")
     return found
 
 
@@ -54,10 +54,10 @@ def instantiate(path: str, cls: type, params: dict[str, Any]) -> Any:
             )
             raise ValueError(f"invalid params for {path!r}: {problems}") from None
     if not callable(getattr(cls, "apply", None)):
-        raise ValueError(f"{path!r} has no apply(messages, ctx) method")  # noqa: TRY004 - as above
+        raise ValueError(f"{path!r} has no apply(messages, ctx) method")
     try:
         return cls(**params)
-    except Exception as exc:  # noqa: BLE001 - the class's own constructor decides what it rejects
+    except Exception as exc:
         raise ValueError(f"cannot create {path!r} with its params: {type(exc).__name__}: {exc}") from None
 
 

@@ -17,12 +17,7 @@ from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, field_serializer
 
-from proxy.core.messages import (
-    OBSERVATION,
-    Message,
-    image_count,
-    tags_of,
-)
+from proxy.core.messages import OBSERVATION, Message, image_count, tags_of
 from proxy.filters.base import Filter, FilterContext
 
 TagSet = frozenset[str]
@@ -133,7 +128,9 @@ class NoticeMemo:
             notice = elision_notice(content)
             if len(content) <= self.max_chars:
                 notices = self._notices
-                while notices and (len(notices) >= self.max_entries or self._chars + len(content) > self.max_chars):
+                while notices and (
+                    len(notices) >= self.max_entries or self._chars + len(content) > self.max_chars
+                ):
                     oldest = next(iter(notices))  # dicts keep insertion order
                     del notices[oldest]
                     self._chars -= len(oldest)

@@ -1,5 +1,4 @@
-"""``manager_view`` (seed 000): the previous phase's ``synthesis`` messages, then the current turn.
-"""
+"""``manager_view`` (seed 000): the previous phase's ``synthesis`` messages, then the current turn."""
 
 from __future__ import annotations
 
@@ -7,12 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import StringConstraints
 
-from proxy.core.messages import (
-    SYNTHESIS,
-    Message,
-    NotApplicable,
-    classify,
-)
+from proxy.core.messages import SYNTHESIS, Message, NotApplicable, classify
 from proxy.filters._views import (
     assemble,
     current_turn_bounds,

@@ -1,5 +1,4 @@
-"""``orchestrator_view`` (seed 000): previous turns reduced to conversation, the current turn verbatim.
-"""
+"""``orchestrator_view`` (seed 000): previous turns reduced to conversation, the current turn verbatim."""
 
 from __future__ import annotations
 
@@ -7,10 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from proxy.core.messages import (
-    Message,
-    classify,
-)
+from proxy.core.messages import Message, classify
 from proxy.filters._views import (
     COMPLETION_TYPES,
     TRACE_RESULT_TYPES,

@@ -7,7 +7,8 @@ from typing import Literal
 
 from pydantic import Field, PrivateAttr, field_validator
 
-from proxy.core.messages import Message, empty_assistant_errors, map_text
+from proxy.core.invariants import empty_assistant_errors
+from proxy.core.messages import Message, map_text
 from proxy.filters.base import Filter, FilterContext
 
 

@@ -1,5 +1,4 @@
-"""``sliding_window`` (AgentRoute's ``HistorySlidingWindow``, seed 004): the newest ``window_size`` turns.
-"""
+"""``sliding_window`` (AgentRoute's ``HistorySlidingWindow``, seed 004): the newest ``window_size`` turns."""
 
 from __future__ import annotations
 
@@ -7,12 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from proxy.core.messages import (
-    Message,
-    in_steps,
-    leading_system_count,
-    turn_spans,
-)
+from proxy.core.messages import Message, in_steps, leading_system_count, turn_spans
 from proxy.filters._turns import without_oldest_turns
 from proxy.filters.base import Filter, FilterContext
 

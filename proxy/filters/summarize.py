@@ -113,7 +113,7 @@ class Summarize(Filter):
                 )
         except TimeoutError:
             return self._fallback(messages, ctx, lead, turns, span, f"no summary within {self.timeout_s:g}s")
-        except Exception as exc:  # noqa: BLE001 - any failure falls back: the request still goes out
+        except Exception as exc:
             return self._fallback(messages, ctx, lead, turns, span, f"{type(exc).__name__}: {exc}")
         if not isinstance(summary, str) or not summary.strip():
             return self._fallback(messages, ctx, lead, turns, span, "the summary came back empty")

@@ -10,14 +10,7 @@ from typing import Literal
 
 from pydantic import Field, field_serializer
 
-from proxy.core.messages import (
-    Message,
-    call_name,
-    group_spans,
-    is_action,
-    tags_of,
-    tool_calls,
-)
+from proxy.core.messages import Message, call_name, group_spans, is_action, tags_of, tool_calls
 from proxy.filters.base import Filter, FilterContext
 from proxy.filters.last_n_observations import TagSet
 

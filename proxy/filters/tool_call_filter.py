@@ -17,15 +17,8 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from proxy.core.messages import (
-    Message,
-    NotApplicable,
-    call_name,
-    empty_assistant_errors,
-    group_spans,
-    is_action,
-    tool_calls,
-)
+from proxy.core.invariants import empty_assistant_errors
+from proxy.core.messages import Message, NotApplicable, call_name, group_spans, is_action, tool_calls
 from proxy.filters.base import Filter, FilterContext
 
 

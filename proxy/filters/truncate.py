@@ -9,13 +9,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from proxy.core.messages import (
-    Message,
-    how_many_to_drop,
-    leading_system_count,
-    newest_user_index,
-    turn_spans,
-)
+from proxy.core.messages import Message, how_many_to_drop, leading_system_count, newest_user_index, turn_spans
 from proxy.filters._turns import without_oldest_turns
 from proxy.filters.base import Filter, FilterContext
 

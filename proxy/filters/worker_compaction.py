@@ -1,4 +1,4 @@
-"""``worker_compaction`` (Plexus's ``WorkerAgentConversationFilter``, seed 002): old call-only actions out, then truncation.
+"""``worker_compaction`` (Plexus's ``WorkerAgentConversationFilter``, seed 002): call-only actions out, then truncation.
 
 Old assistant messages that carry only tool calls are removed with their results, keeping the newest
 such message so the agent still sees the call it is answering; then ``tool_result_truncation``.

@@ -1,5 +1,4 @@
-"""``worker_view`` (seed 000): the current turn only, without other agents' traces and completion signals.
-"""
+"""``worker_view`` (seed 000): the current turn only, without other agents' traces and completion signals."""
 
 from __future__ import annotations
 

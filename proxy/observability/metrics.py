@@ -37,7 +37,11 @@ from proxy.filters import FILTER_TYPES
 from proxy.observability.access import Exchange, access_log, request_id_for
 from proxy.observability.logs import JsonMessage
 
-__all__ = ["Exchange", "Metrics", "request_id_for"]  # Exchange and request_id_for live in proxy.observability.access
+__all__ = [
+    "Exchange",
+    "Metrics",
+    "request_id_for",
+]  # Exchange and request_id_for live in proxy.observability.access
 
 NO_LABEL = "none"
 OTHER_ROLE = "other"
@@ -136,7 +140,9 @@ class Metrics:
             registry=self.registry,
         )
         self.summary_misses = Counter(
-            "history_proxy_summary_cache_misses", "Summaries that needed a model call.", registry=self.registry
+            "history_proxy_summary_cache_misses",
+            "Summaries that needed a model call.",
+            registry=self.registry,
         )
         self.summary_errors = Counter(
             "history_proxy_summary_cache_errors",

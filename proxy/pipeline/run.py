@@ -25,13 +25,8 @@ from typing import Any
 from proxy.config.models import Config
 from proxy.config.policies import PolicyMode
 from proxy.core.identity import Identity
-from proxy.core.messages import (
-    Message,
-    NotApplicable,
-    invariant_errors,
-    invariants_hold,
-    strip_annotations,
-)
+from proxy.core.invariants import invariant_errors, invariants_hold
+from proxy.core.messages import Message, NotApplicable, strip_annotations
 from proxy.core.tokens import TokenCounter, TokenCounters
 from proxy.core.validation import check_messages, message_list, request_messages
 from proxy.errors import FilterError, InvalidRequestError, PayloadTooLargeError
@@ -178,7 +173,9 @@ class Pipeline:
             upstream=upstream,
         )
 
-    async def run(self, body: dict[str, Any], identity: Identity, upstream: str | None = None) -> PipelineResult:
+    async def run(
+        self, body: dict[str, Any], identity: Identity, upstream: str | None = None
+    ) -> PipelineResult:
         """Filter ``body`` for ``identity``; raises ``InvalidRequestError`` or ``FilterError``."""
         started = time.perf_counter()
         original: list[Message] = message_list(body)
@@ -207,9 +204,11 @@ class Pipeline:
                 result = await self._apply(filter_, messages, ctx)
                 # a filter that changed nothing hands back the same objects: the same count
                 tokens_after = tokens_now if _same_messages(result, messages) else counter.messages(result)
-            except Exception as exc:  # noqa: BLE001 - a filter bug is answered per on_filter_error, never a traceback
+            except Exception as exc:
                 # a filter fed an invalid list by an earlier one: the chain stops at the earlier one
-                failed = self._invalid_output(original, outputs, chain, mode) or self._raised(filter_, at, exc, mode)
+                failed = self._invalid_output(original, outputs, chain, mode) or self._raised(
+                    filter_, at, exc, mode
+                )
                 break
             outcomes.append(
                 FilterOutcome(
@@ -266,11 +265,16 @@ class Pipeline:
         if mode == "shadow":  # shadow mode never fails a request: report and forward the original
             return self._filter_failed(filter_, at, f"cannot apply: {exc}", None, shadow=True)
         raise InvalidRequestError(
-            f"filter {filter_.type_name!r} ({at}) cannot apply to this request: {exc}", code="filter_not_applicable"
+            f"filter {filter_.type_name!r} ({at}) cannot apply to this request: {exc}",
+            code="filter_not_applicable",
         ) from None
 
     def _invalid_output(
-        self, original: list[Message], outputs: list[list[Message]], chain: list[tuple[str, Filter]], mode: PolicyMode
+        self,
+        original: list[Message],
+        outputs: list[list[Message]],
+        chain: list[tuple[str, Filter]],
+        mode: PolicyMode,
     ) -> str | None:
         """When the newest output breaks an invariant the input kept, fail the first filter that broke one.
 
@@ -283,9 +287,15 @@ class Pipeline:
         for (at, filter_), output in zip(chain, outputs, strict=False):
             if invariants_hold(output):
                 continue
-            broken = [f"{name}: {errs[0]}" for name, errs in invariant_errors(output).items() if name not in baseline]
+            broken = [
+                f"{name}: {errs[0]}"
+                for name, errs in invariant_errors(output).items()
+                if name not in baseline
+            ]
             if broken:
-                return self._filter_failed(filter_, at, "output breaks " + "; ".join(broken), None, mode == "shadow")
+                return self._filter_failed(
+                    filter_, at, "output breaks " + "; ".join(broken), None, mode == "shadow"
+                )
         return None
 
     async def _apply(self, filter_: Filter, messages: list[Message], ctx: FilterContext) -> list[Message]:
@@ -308,7 +318,9 @@ class Pipeline:
     ) -> str:
         if self.config.on_filter_error == "reject" and not shadow:
             raise FilterError(reason, filter_type=filter_.type_name, position=at)
-        log.warning("filter %s at %s failed, forwarding unfiltered: %s", filter_.type_name, at, reason, exc_info=exc)
+        log.warning(
+            "filter %s at %s failed, forwarding unfiltered: %s", filter_.type_name, at, reason, exc_info=exc
+        )
         return f"{filter_.type_name}@{at}"
 
     def _report(

@@ -134,7 +134,9 @@ class _Proxy(ServesState):
         reply = await self._open(call, exchange, "/chat/completions", names, forwarded)
         return await self._respond(reply, exchange, history_headers(result, identity.role))
 
-    async def _shaped(self, call: Call, exchange: Exchange, identity: Identity) -> tuple[list[str], Body, PipelineResult]:
+    async def _shaped(
+        self, call: Call, exchange: Exchange, identity: Identity
+    ) -> tuple[list[str], Body, PipelineResult]:
         """The upstreams to try, the filtered body (encoded) and what the chain did.
 
         Only the encoded body and the chain's figures outlive this call: the parsed messages are
@@ -169,7 +171,9 @@ class _Proxy(ServesState):
         exchange.upstream = None  # nothing is forwarded
         result = exchange.result = await self.pipeline.run(body, identity, names[0])
         headers = {**history_headers(result, identity.role), "x-request-id": exchange.request_id}
-        content = encode_json({"body": result.body, "report": result.report})  # JSONResponse fails on "\ud800"
+        content = encode_json(
+            {"body": result.body, "report": result.report}
+        )  # JSONResponse fails on "\ud800"
         response = Response(content, media_type="application/json", headers=headers)
         self.finish(exchange, 200)
         return response
@@ -217,7 +221,9 @@ class _Proxy(ServesState):
         exchange.upstream = names[0]
         return names
 
-    async def _open(self, call: Call, exchange: Exchange, path: str, names: list[str], body: Body) -> UpstreamReply:
+    async def _open(
+        self, call: Call, exchange: Exchange, path: str, names: list[str], body: Body
+    ) -> UpstreamReply:
         exchange.upstream_started = time.perf_counter()
         return await self.upstreams.open(
             call.method, path, query=call.query, headers=call.header_items, names=names, body=body

@@ -36,7 +36,9 @@ class Call:
         """The path as Starlette's ``request.url.path`` reads it."""
         self.query = query
         """The query string as Starlette's ``request.url.query`` reads it."""
-        self.header_items = [(name.decode("latin-1"), value.decode("latin-1")) for name, value in scope["headers"]]
+        self.header_items = [
+            (name.decode("latin-1"), value.decode("latin-1")) for name, value in scope["headers"]
+        ]
         """Every header as (lower-case name, value), in order, repeats kept."""
         self.headers: Mapping[str, str] = dict(reversed(self.header_items))
         """One value per lower-case name: the first one sent, as Starlette's ``Headers`` reads it."""
@@ -170,7 +172,7 @@ class Edge:
                 await self._chat(scope, receive, tracking_send)
             else:
                 await self.app(scope, receive, tracking_send)
-        except Exception as exc:  # noqa: BLE001 - the last guard: log it, answer 500, keep serving
+        except Exception as exc:
             request_id = self.proxy.on_unhandled(scope, exc)
             if not started and not isinstance(exc, ClientDisconnect):
                 body = error_body(

@@ -178,7 +178,9 @@ class Reloader:
         if supervisor is not None:  # the other workers would keep the old config: uvicorn replaces them all
             os.kill(supervisor, signal.SIGHUP)
             answer["workers"] = "restarting"
-            log.info("asked the supervisor (pid %d) to replace every worker with one reading the file", supervisor)
+            log.info(
+                "asked the supervisor (pid %d) to replace every worker with one reading the file", supervisor
+            )
         return answer
 
 

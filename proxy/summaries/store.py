@@ -9,6 +9,7 @@ again after a growing back-off (1 s doubling up to 30 s).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 import time
@@ -205,10 +206,8 @@ class RedisBackend:
             await self._run(lambda redis: redis.eval(RELEASE_SCRIPT, 1, self._lock_key(key), token))
 
     async def aclose(self) -> None:
-        try:
+        with contextlib.suppress(RedisError, OSError):
             await self._client.aclose()
-        except (RedisError, OSError):
-            pass
 
     async def _run(self, command: Callable[[Redis], Awaitable[T]]) -> tuple[bool, T | None]:
         """Run one Redis command; ``(False, None)`` while backing off or when it fails."""

@@ -134,7 +134,9 @@ class Upstreams:
         base = self._prepare().bases[name]
         if base is None:
             if self._mock is None:
-                raise UpstreamUnavailableError(f"upstream {name!r} is the built-in mock, which is not running")
+                raise UpstreamUnavailableError(
+                    f"upstream {name!r} is the built-in mock, which is not running"
+                )
             return self._mock.base_url
         return base
 
@@ -193,7 +195,9 @@ class Upstreams:
             upstream = self.config.upstreams[name]
             tries = upstream.retries + 1 if replayable else 1
             content = await body(name) if callable(body) else body
-            outgoing = wire_request_headers(headers, prepared.authorizations[name], client_auth_is_proxy_key=proxy_keys)
+            outgoing = wire_request_headers(
+                headers, prepared.authorizations[name], client_auth_is_proxy_key=proxy_keys
+            )
             for attempt in range(tries):
                 address = self._address(name, path, query)
                 attempts += 1
@@ -263,7 +267,9 @@ class Upstreams:
         except httpx.HTTPError as exc:
             raise transport_error(name, exc) from None
         if response.status_code != 200:
-            raise UpstreamUnavailableError(f"summary call to upstream {name!r} answered {response.status_code}")
+            raise UpstreamUnavailableError(
+                f"summary call to upstream {name!r} answered {response.status_code}"
+            )
         content = _first_choice_text(response.json())
         if not content:
             raise UpstreamUnavailableError(f"summary call to upstream {name!r} returned no text")

@@ -70,7 +70,9 @@ class Connection(asyncio.Protocol):
             self.complete = True
             self._wake()
         elif not self.complete:
-            self._fail(httpx.RemoteProtocolError("the upstream closed the connection before the answer was complete"))
+            self._fail(
+                httpx.RemoteProtocolError("the upstream closed the connection before the answer was complete")
+            )
         self._wake_writer()
 
     def pause_writing(self) -> None:
@@ -92,9 +94,7 @@ class Connection(asyncio.Protocol):
         self.status = self.parser.get_status_code()
         if 100 <= self.status < 200:
             return  # an interim answer (100 Continue): the real one follows
-        framed = any(
-            name.lower() in (b"content-length", b"transfer-encoding") for name, _ in self.headers
-        )
+        framed = any(name.lower() in (b"content-length", b"transfer-encoding") for name, _ in self.headers)
         self.until_close = not framed and self.status not in (204, 304)
         self.server_keeps_alive = self.parser.should_keep_alive()  # reset once the answer is complete
         self.head_done = True
@@ -145,7 +145,9 @@ class Connection(asyncio.Protocol):
         """Write a request (its head and a whole body) and get ready for its answer."""
         self._reset()
         if self.closed or self.transport is None:
-            self._fail(httpx.RemoteProtocolError("the upstream closed the connection before the request was sent"))
+            self._fail(
+                httpx.RemoteProtocolError("the upstream closed the connection before the request was sent")
+            )
             return
         if len(body) < 16384:
             self.transport.write(head + body)  # one write, one segment
@@ -193,7 +195,9 @@ class Connection(asyncio.Protocol):
         return self.complete and not self.until_close and self.server_keeps_alive and self.reusable
 
 
-async def _wait(future: asyncio.Future[None], timeout: float | None, error: type[httpx.TimeoutException]) -> None:
+async def _wait(
+    future: asyncio.Future[None], timeout: float | None, error: type[httpx.TimeoutException]
+) -> None:
     """Await ``future``, raising ``error`` after ``timeout`` seconds (a timer, not a task per wait)."""
     if timeout is None:
         await future

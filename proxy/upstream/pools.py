@@ -44,7 +44,9 @@ class ClientPool:
         """Open the client (with ``timeouts`` as its default) and start the sweeper."""
         timeout = _httpx_timeout(timeouts)
         ssl_context = httpx.create_ssl_context()
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=256, keepalive_expiry=KEEPALIVE_S)
+        limits = httpx.Limits(
+            max_connections=None, max_keepalive_connections=256, keepalive_expiry=KEEPALIVE_S
+        )
         if not urllib.request.getproxies():
             fallback = httpx.AsyncHTTPTransport(verify=ssl_context, limits=limits)
             self._transport = LeanTransport(ssl_context, keepalive_s=KEEPALIVE_S, fallback=fallback)
@@ -83,7 +85,12 @@ class ClientPool:
         return await self._client.send(request, stream=True)
 
     async def exchange(
-        self, address: Address, method: str, headers: list[tuple[bytes, bytes]], body: Content, timeouts: Timeouts
+        self,
+        address: Address,
+        method: str,
+        headers: list[tuple[bytes, bytes]],
+        body: Content,
+        timeouts: Timeouts,
     ) -> Answer:
         """Send one request (``headers`` end-to-end, as bytes); the answer's body is still to be read.
 
@@ -114,4 +121,6 @@ class ClientPool:
 
 
 def _httpx_timeout(timeouts: Timeouts) -> httpx.Timeout:
-    return httpx.Timeout(connect=timeouts.connect, read=timeouts.read, write=timeouts.write, pool=timeouts.connect)
+    return httpx.Timeout(
+        connect=timeouts.connect, read=timeouts.read, write=timeouts.write, pool=timeouts.connect
+    )

@@ -132,5 +132,3 @@ def transport_error(upstream: str, exc: httpx.HTTPError, *, mid_stream: bool = F
     return UpstreamUnavailableError(
         f"upstream {upstream!r} is unreachable or reset the connection{when} ({type(exc).__name__})"
     )
-
-

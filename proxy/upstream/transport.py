@@ -77,7 +77,11 @@ def wire_headers(
         if method in BODY_METHODS:
             return [(b"Host", address.host), (b"Content-Length", b"0"), *headers]
         return [(b"Host", address.host), *headers]
-    framing = (b"Content-Length", b"%d" % len(body)) if isinstance(body, bytes) else (b"Transfer-Encoding", b"chunked")
+    framing = (
+        (b"Content-Length", b"%d" % len(body))
+        if isinstance(body, bytes)
+        else (b"Transfer-Encoding", b"chunked")
+    )
     return [(b"Host", address.host), *headers, framing]
 
 
@@ -106,7 +110,9 @@ class LeanAnswer:
 
     __slots__ = ("_connection", "_origin", "_timeout", "_transport", "raw_headers", "status_code")
 
-    def __init__(self, transport: LeanTransport, origin: Origin, connection: Connection, timeout: float | None) -> None:
+    def __init__(
+        self, transport: LeanTransport, origin: Origin, connection: Connection, timeout: float | None
+    ) -> None:
         self.status_code = connection.status
         self.raw_headers = connection.headers
         self._transport = transport
@@ -157,7 +163,9 @@ class ResponseAnswer:
 class _Body(httpx.AsyncByteStream):
     """An answer's body as it arrives; closing it returns the connection to the pool when reusable."""
 
-    def __init__(self, transport: LeanTransport, origin: Origin, connection: Connection, timeout: float | None) -> None:
+    def __init__(
+        self, transport: LeanTransport, origin: Origin, connection: Connection, timeout: float | None
+    ) -> None:
         self._transport = transport
         self._origin = origin
         self._connection: Connection | None = connection
@@ -179,7 +187,9 @@ class _Body(httpx.AsyncByteStream):
 class LeanTransport(httpx.AsyncBaseTransport):
     """HTTP/1.1 with keep-alive for the upstream client; see the module docstring."""
 
-    def __init__(self, ssl_context: ssl.SSLContext, *, keepalive_s: float, fallback: httpx.AsyncBaseTransport) -> None:
+    def __init__(
+        self, ssl_context: ssl.SSLContext, *, keepalive_s: float, fallback: httpx.AsyncBaseTransport
+    ) -> None:
         self._ssl = ssl_context
         self._keepalive_s = keepalive_s
         self._fallback = fallback
@@ -187,7 +197,12 @@ class LeanTransport(httpx.AsyncBaseTransport):
         self._busy: set[Connection] = set()
 
     async def exchange(
-        self, address: Address, method: str, headers: list[tuple[bytes, bytes]], body: Content, timeouts: Timeouts
+        self,
+        address: Address,
+        method: str,
+        headers: list[tuple[bytes, bytes]],
+        body: Content,
+        timeouts: Timeouts,
     ) -> LeanAnswer:
         """Send one request and return once the answer's head arrived (the body is read from the answer).
 
@@ -273,7 +288,9 @@ class LeanTransport(httpx.AsyncBaseTransport):
         if chunked:
             await connection.write_more(b"0\r\n\r\n", write_timeout)
 
-    async def _acquire(self, origin: Origin, timeout: float | None, *, fresh: bool = False) -> tuple[Connection, bool]:
+    async def _acquire(
+        self, origin: Origin, timeout: float | None, *, fresh: bool = False
+    ) -> tuple[Connection, bool]:
         idle = self._idle.get(origin)
         now = time.monotonic()
         while idle and not fresh:

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from proxy.config.loading import load_config
-from proxy.core.messages import Message, cache_mark_count, invariant_errors
+from proxy.core.invariants import cache_mark_count, invariant_errors
+from proxy.core.messages import Message
 from proxy.filters.base import FilterContext
 from proxy.filters.cache_control import CacheControl
 from tests.factories import assistant, corpus_body, corpus_files, exchange, system, user

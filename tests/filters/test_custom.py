@@ -12,7 +12,8 @@ from pydantic import Field
 
 from proxy.config.loading import ConfigError, load_config, parse_config
 from proxy.core.identity import Identity
-from proxy.core.messages import Message, invariant_errors
+from proxy.core.invariants import invariant_errors
+from proxy.core.messages import Message
 from proxy.core.tokens import TokenCounters
 from proxy.errors import FilterError
 from proxy.filters.base import Filter, FilterContext

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.config.loading import ConfigError, load_config, parse_config
-from proxy.core.messages import Message, invariant_errors, text_of
+from proxy.core.invariants import invariant_errors
+from proxy.core.messages import Message, text_of
 from proxy.filters.base import FilterContext
 from proxy.filters.last_n_observations import LastNObservations, NoticeMemo, line_count, observation_positions
 from tests.factories import action, assistant, corpus_body, corpus_files, exchange, result, system, user

@@ -7,13 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.core.messages import (
-    Message,
-    NotApplicable,
-    invariant_errors,
-    leading_system_count,
-    newest_user_index,
-)
+from proxy.core.invariants import invariant_errors
+from proxy.core.messages import Message, NotApplicable, leading_system_count, newest_user_index
 from proxy.filters._views import current_turn_bounds
 from proxy.filters.base import FilterContext
 from proxy.filters.manager_view import ManagerView
@@ -67,7 +62,7 @@ def test_phase_ids_compare_as_text() -> None:
 
 
 def test_missing_phase_raises_not_applicable_naming_the_header() -> None:
-    with pytest.raises(NotApplicable, match="X-Agent-Phase.*previous_phase_id"):
+    with pytest.raises(NotApplicable, match=r"X-Agent-Phase.*previous_phase_id"):
         view(phased_history(), phase=None)
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from proxy.core.messages import Message, invariant_errors, newest_user_index
+from proxy.core.invariants import invariant_errors
+from proxy.core.messages import Message, newest_user_index
 from proxy.filters._views import current_turn_bounds
 from proxy.filters.base import FilterContext
 from proxy.filters.orchestrator_view import OrchestratorView

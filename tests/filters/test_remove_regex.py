@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from proxy.config.loading import ConfigError, load_config, parse_config
-from proxy.core.messages import Message, invariant_errors
+from proxy.core.invariants import invariant_errors
+from proxy.core.messages import Message
 from proxy.filters.base import FilterContext
 from proxy.filters.remove_regex import RemoveRegex
 from tests.factories import action, assistant, corpus_body, corpus_files, exchange, system, user

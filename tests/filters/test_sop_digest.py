@@ -9,13 +9,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from proxy.core.messages import (
-    Message,
-    group_spans,
-    invariant_errors,
-    leading_system_count,
-    newest_user_index,
-)
+from proxy.core.invariants import invariant_errors
+from proxy.core.messages import Message, group_spans, leading_system_count, newest_user_index
 from proxy.filters.base import FilterContext
 from proxy.filters.sop_digest import SopDigest
 from tests.factories import (

@@ -11,7 +11,8 @@ import pytest
 from pydantic import ValidationError
 
 from proxy.config.loading import ConfigError, parse_config
-from proxy.core.messages import Message, broken_invariants, invariant_errors, leading_system_count, turn_spans
+from proxy.core.invariants import broken_invariants, invariant_errors
+from proxy.core.messages import Message, leading_system_count, turn_spans
 from proxy.core.tokens import TokenCounters
 from proxy.filters.base import FilterContext
 from proxy.filters.summarize import DEFAULT_SUMMARY_PROMPT, FALLBACK_NOTE, SUMMARY_HEADING, Summarize

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from proxy.config.loading import ConfigError, load_config, parse_config
-from proxy.core.messages import Message, invariant_errors, tool_call_names
+from proxy.core.invariants import invariant_errors
+from proxy.core.messages import Message, tool_call_names
 from proxy.filters.base import FilterContext
 from proxy.filters.last_n_observations import LastNObservations
 from proxy.filters.tag_tool_call_observations import TagToolCallObservations

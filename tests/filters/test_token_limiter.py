@@ -10,13 +10,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from proxy.core.messages import (
-    Message,
-    broken_invariants,
-    group_spans,
-    leading_system_count,
-    newest_user_index,
-)
+from proxy.core.invariants import broken_invariants
+from proxy.core.messages import Message, group_spans, leading_system_count, newest_user_index
 from proxy.core.tokens import TokenCounters
 from proxy.filters.base import FilterContext
 from proxy.filters.token_limiter import TokenLimiter

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from proxy.core.messages import Message, NotApplicable, broken_invariants, invariant_errors
+from proxy.core.invariants import broken_invariants, invariant_errors
+from proxy.core.messages import Message, NotApplicable
 from proxy.filters.base import FilterContext
 from proxy.filters.tool_call_filter import ToolCallFilter
 from tests.factories import (

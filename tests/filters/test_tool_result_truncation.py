@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from proxy.core.messages import Message, invariant_errors, leading_system_count, newest_user_index
+from proxy.core.invariants import invariant_errors
+from proxy.core.messages import Message, leading_system_count, newest_user_index
 from proxy.filters.base import FilterContext
 from proxy.filters.tool_result_truncation import DEFAULT_NOTICE, ToolResultTruncation
 from tests.factories import assistant, corpus_body, corpus_files, exchange, parallel, system, user

@@ -9,13 +9,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from proxy.core.messages import (
-    Message,
-    broken_invariants,
-    leading_system_count,
-    newest_user_index,
-    turn_spans,
-)
+from proxy.core.invariants import broken_invariants
+from proxy.core.messages import Message, leading_system_count, newest_user_index, turn_spans
 from proxy.core.tokens import TokenCounters
 from proxy.filters.base import FilterContext
 from proxy.filters.truncate import Truncate

@@ -8,14 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.core.messages import (
-    Message,
-    has_text,
-    invariant_errors,
-    is_action,
-    leading_system_count,
-    newest_user_index,
-)
+from proxy.core.invariants import invariant_errors
+from proxy.core.messages import Message, has_text, is_action, leading_system_count, newest_user_index
 from proxy.filters.base import FilterContext
 from proxy.filters.worker_compaction import WorkerCompaction
 from tests.factories import (

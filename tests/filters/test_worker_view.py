@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.core.messages import Message, invariant_errors, leading_system_count, newest_user_index
+from proxy.core.invariants import invariant_errors
+from proxy.core.messages import Message, leading_system_count, newest_user_index
 from proxy.filters._views import current_turn_bounds, producing_agent
 from proxy.filters.base import FilterContext
 from proxy.filters.worker_view import WorkerView
