@@ -142,7 +142,7 @@ TWO_TURNS = [
     {"role": "system", "content": "You are a worker."},
     {"role": "user", "content": "First task: list the files."},
     {"role": "assistant", "content": "README.md setup.py"},
-    {"role": "user", "content": "Second task: read setup.py"},
+    {"role": "user", "content": "Second task: read setup.py", "message_type": "task"},
 ]
 
 
@@ -151,7 +151,7 @@ def test_completion_through_the_proxy_reaches_the_upstream_filtered(proxy_server
         completion = sdk.chat.completions.create(model="gpt-4o-mini", messages=TWO_TURNS)  # type: ignore[arg-type]
 
     content = completion.choices[0].message.content or ""
-    # worker_view keeps the system message and the current turn only.
+    # worker_view keeps the system message and the current turn only (the annotated task starts it).
     assert content.startswith("mock: received 2 messages (system=1, user=1)")
     assert content.endswith('last user: "Second task: read setup.py"')
     assert completion.model == "gpt-4o-mini"

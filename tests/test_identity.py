@@ -30,8 +30,8 @@ def test_role_agent_and_phase_come_from_the_default_headers() -> None:
     )
 
 
-def test_without_a_role_header_the_default_role_applies() -> None:
-    assert resolve_identity(config(), {}) == Identity(role="default")
+def test_without_a_role_header_the_default_role_applies_with_a_note() -> None:
+    assert resolve_identity(config(), {}) == Identity(role="default", notes=("identity:role_defaulted",))
     assert resolve_identity(config(identity={"default_role": "worker"}), {}).role == "worker"
 
 
@@ -58,8 +58,8 @@ def test_values_are_trimmed() -> None:
     [
         ("x-agent-role", "worker\nX-Injected: 1"),
         ("x-agent-name", "a" * 129),
-        ("x-agent-phase", "1;drop"),
-        ("x-agent-name", "<script>"),
+        ("x-agent-phase", "1\x00"),
+        ("x-agent-name", "coder\x1b[2J"),
     ],
 )
 def test_a_bad_header_value_is_a_400_naming_the_header(header: str, value: str) -> None:
@@ -107,3 +107,15 @@ def test_bearer_token_reads_only_the_bearer_scheme() -> None:
     assert bearer_token({"authorization": "BEARER  abc "}) == "abc"
     assert bearer_token({"authorization": "Token abc"}) is None
     assert bearer_token({}) is None
+
+
+@pytest.mark.parametrize(
+    "name", ["Senior Researcher (weather, EU)", "coder#1", "Weather agent!", "<b>x</b>", "1;drop", "CoDeR"]
+)
+def test_any_printable_text_is_an_agent_name_matched_as_sent(name: str) -> None:
+    assert resolve_identity(config(), {"x-agent-name": name}).agent == name
+
+
+def test_a_utf8_header_value_is_read_as_utf8() -> None:
+    sent = "Ärztin-€".encode().decode("latin-1")  # how HTTP servers hand header bytes over
+    assert resolve_identity(config(), {"x-agent-name": sent}).agent == "Ärztin-€"

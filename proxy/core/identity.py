@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from proxy.errors import InvalidRequestError
 
 MAX_HEADER_VALUE = 128
-_SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.:@/+ -]*$")
+ROLE_DEFAULTED = "identity:role_defaulted"
+"""The note of a request that sent no role header and got ``identity.default_role``."""
 
 
 @dataclass(frozen=True)
@@ -20,16 +20,40 @@ class Identity:
     agent: str | None = None
     phase: str | None = None
     tenant: str | None = None
+    notes: tuple[str, ...] = ()
+    """How the identity was read when a header was missing (e.g. ``identity:role_defaulted``)."""
+
+
+def _as_sent(value: str) -> str:
+    """The header's text as the client meant it: HTTP hands bytes over as latin-1; UTF-8 is read as UTF-8."""
+    if value.isascii():
+        return value
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return value
 
 
 def read_header(headers: Mapping[str, str], name: str) -> str | None:
+    """An identity header's value, stripped; None when absent or blank.
+
+    Any printable text up to :data:`MAX_HEADER_VALUE` characters is valid (``Senior Researcher
+    (weather, EU)``, ``coder#1``, ``Weather agent!``), compared case-sensitively as sent; control
+    characters or a longer value are a 400 naming the header.
+    """
     value = headers.get(name.lower())
     if value is None:
         return None
-    value = value.strip()
-    if len(value) > MAX_HEADER_VALUE or not _SAFE_VALUE.match(value):
+    value = _as_sent(value).strip()
+    if len(value) > MAX_HEADER_VALUE:
         raise InvalidRequestError(
-            f"header {name} must be at most {MAX_HEADER_VALUE} characters of letters, digits, space and _.:@/+-",
+            f"header {name} is {len(value)} characters long; send at most {MAX_HEADER_VALUE}",
+            param=name,
+            code="invalid_header",
+        )
+    if not value.isprintable():
+        raise InvalidRequestError(
+            f"header {name} contains control characters; send printable text",
             param=name,
             code="invalid_header",
         )

@@ -1,4 +1,4 @@
-"""``worker_view`` (seed 000): the current turn only, without other agents' traces and completion signals."""
+"""``worker_view`` (seed 000): the task and what followed, without other agents' traces and completion signals."""
 
 from __future__ import annotations
 
@@ -6,18 +6,21 @@ from collections.abc import Sequence
 from typing import Literal
 
 from proxy.core.messages import (
+    ACTION,
     FINAL,
     GLOBAL_OBSERVATION,
     TASK,
     Message,
     classify,
     group_spans,
-    newest_user_index,
 )
 from proxy.filters._views import (
-    assemble_spans,
-    current_turn_bounds,
+    TRACE_RESULT_TYPES,
+    Turns,
+    assemble,
     producing_agent,
+    text_only,
+    view_turn,
 )
 from proxy.filters.base import Filter, FilterContext
 
@@ -47,51 +50,75 @@ def drops_nothing(turn: Sequence[Message], completion_tools: frozenset[str]) -> 
 
 
 class WorkerView(Filter):
-    """The worker's view: the current turn only, without other agents' traces or completion signals.
+    """The worker's view: its task and what it did since, without other agents' traces or completion signals.
 
     Keeps the leading system messages, the current turn's task message and the groups after it,
-    except groups produced by another agent (``agent`` annotation, or an assistant's ``name``,
-    differing from ``X-Agent-Name``; only when that header is sent) and completion signals
-    (``final``). With ``include_global`` a group holding a ``global_observation`` is always kept.
-    A group (an action and all its results) is kept or dropped as one.
+    except other agents' execution traces (their tool calls and tool results: groups attributed by
+    an ``agent`` annotation or a ``name`` differing from ``X-Agent-Name``; only when that header is
+    sent) and completion signals (``final``). Another agent's plain message (a group chat turn) is
+    conversation the worker needs and stays; another agent's action keeps only its text. With
+    ``include_global`` a group holding a ``global_observation`` is always kept. A group (an action
+    and all its results) is kept or dropped as one.
+
+    Turns: ``first_user`` by default (a worker running a tool loop has one task: later user
+    messages are observations, nudges or peers' messages, not new tasks); see
+    :mod:`proxy.filters._views` for ``every_user`` and ``pattern``. Without ``X-Agent-Name`` every
+    agent's messages are kept, with the note ``worker_view:agent_unknown`` when some were attributed.
 
     ```yaml
-    worker: [{type: worker_view, include_global: true}]
+    worker: [{type: worker_view, include_global: true, turns: first_user}]
     ```
     """
 
     type: Literal["worker_view"]
     include_global: bool = True
     """Keep groups holding a ``global_observation`` even when another agent produced them."""
+    turns: Turns = "first_user"
+    """Which user messages start a new task: ``first_user`` (safe default), ``every_user``, ``{pattern: REGEX}``."""
     cache_friendly = "yes within a turn: the kept prefix only grows until the next task message"
 
     def apply(self, messages: list[Message], ctx: FilterContext) -> list[Message]:
-        lead, current = current_turn_bounds(messages)
-        turn = messages[current:]
-        if drops_nothing(turn, ctx.completion_tools):
-            return messages[:lead] + turn
+        turn = view_turn(messages, self.turns)
+        lead, current, anchor = turn.lead, turn.start, turn.anchor
+        tail = messages[current:]
+        if drops_nothing(tail, ctx.completion_tools):
+            return [*messages[:lead], *(messages[i] for i in anchor), *tail]
         # the current turn begins a group, so classifying it alone gives the kinds the whole list would
-        kinds = classify(messages[current:], ctx.completion_tools)
-        spans = [(0, lead)]
-        newest_user: int | None = None
+        kinds = classify(tail, ctx.completion_tools)
+        kept: dict[int, Message] = {i: messages[i] for i in range(lead)}
+        kept.update((i, messages[i]) for i in anchor)
+        attributed = False
         for a, b in group_spans(messages, current):
             first = messages[a]
-            if first.get("role") == "user":  # a user message is a group alone: the newest is met last
-                newest_user = a
             group_kinds = kinds[a - current : b - current]
-            if (a == current and group_kinds[0] == TASK) or self.keeps_group(first, group_kinds, ctx.agent):
-                spans.append((a, b))
-        if newest_user is None:
-            newest_user = newest_user_index(messages[:current])
-        return assemble_spans(messages, spans, newest_user)
+            attributed = attributed or producing_agent(first) is not None
+            if a == current and group_kinds[0] == TASK:
+                kept.update((i, messages[i]) for i in range(a, b))
+                continue
+            keep = self.keeps_group(first, group_kinds, ctx.agent)
+            if keep == "all":
+                kept.update((i, messages[i]) for i in range(a, b))
+            elif keep == "text" and (reduced := text_only(first)) is not None:
+                kept[a] = reduced
+        if attributed and ctx.agent is None:
+            ctx.notes.append("worker_view:agent_unknown")
+        return assemble(messages, kept)
 
-    def keeps_group(self, first: Message, kinds: Sequence[str], agent: str | None) -> bool:
-        """Whether a group (its first message, the kinds of all its messages) belongs in this worker's view."""
+    def keeps_group(
+        self, first: Message, kinds: Sequence[str], agent: str | None
+    ) -> Literal["all", "text", "none"]:
+        """How much of a group (its first message, the kinds of all its messages) this worker sees."""
         if self.include_global and GLOBAL_OBSERVATION in kinds:
-            return True
+            return "all"
         if FINAL in kinds:
-            return False
-        if agent is None or ("agent" not in first and "name" not in first):  # no producer: everyone's
-            return True
+            return "none"
+        if agent is None:  # who is asking is unknown: every agent's messages stay
+            return "all"
         producer = producing_agent(first)
-        return producer is None or producer == agent
+        if producer is None or producer == agent:
+            return "all"
+        if kinds[0] == ACTION:  # another agent's execution trace: its calls and results go, its words stay
+            return "text"
+        if kinds[0] in TRACE_RESULT_TYPES:
+            return "none"
+        return "all"  # another agent's plain message: conversation the worker needs

@@ -18,7 +18,9 @@ def _header_value(value: object) -> str:
 
 def history_headers(result: PipelineResult, role: str) -> dict[str, str]:
     """The ``x-history-*`` headers describing what the chain did."""
-    applied = [*result.applied, *result.report.get("notes", [])]
+    notes: list[str] = result.report.get("notes", [])
+    # a filter's own notes (``summarize:fallback``) also follow the chain in x-history-filters, as before
+    applied = [*result.applied, *(note for note in notes if not note.startswith("identity:"))]
     if result.failed_filter:
         applied.append(f"failed:{result.failed_filter}")
     headers = {
@@ -30,6 +32,8 @@ def history_headers(result: PipelineResult, role: str) -> dict[str, str]:
         "x-history-messages-before": str(result.messages_before),
         "x-history-messages-after": str(result.messages_after),
     }
+    if notes:
+        headers["x-history-notes"] = _header_value(",".join(notes))
     if result.mode == "shadow":  # "after" is what the chain would send; these are what was sent
         headers["x-history-tokens-forwarded"] = str(result.tokens_forwarded)
         headers["x-history-messages-forwarded"] = str(result.messages_forwarded)

@@ -171,6 +171,7 @@ class Pipeline:
             tokens=tokens if tokens is not None else self.tokens.for_request(),
             summarizer=self.summarizer,
             upstream=upstream,
+            notes=list(identity.notes),
         )
 
     async def run(

@@ -6,7 +6,7 @@ import hmac
 from collections.abc import Mapping
 
 from proxy.config.models import Config
-from proxy.core.identity import Identity, bearer_token, read_header
+from proxy.core.identity import ROLE_DEFAULTED, Identity, bearer_token, read_header
 from proxy.errors import AuthError
 
 
@@ -30,9 +30,11 @@ def resolve_identity(config: Config, headers: Mapping[str, str]) -> Identity:
     """Read the caller from lower-cased request headers; raises 401/400 ``ProxyError``s."""
     ids = config.identity
     tenant = tenant_for_key(config, bearer_token(headers))
+    role = read_header(headers, ids.role_header)
     return Identity(
-        role=read_header(headers, ids.role_header) or ids.default_role,
+        role=role or ids.default_role,
         agent=read_header(headers, ids.agent_header),
         phase=read_header(headers, ids.phase_header),
         tenant=tenant,
+        notes=() if role else (ROLE_DEFAULTED,),
     )

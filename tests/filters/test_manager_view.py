@@ -8,18 +8,28 @@ from pathlib import Path
 import pytest
 
 from proxy.core.invariants import invariant_errors
-from proxy.core.messages import Message, NotApplicable, leading_system_count, newest_user_index
-from proxy.filters._views import current_turn_bounds
+from proxy.core.messages import Message, leading_system_count, newest_user_index
+from proxy.filters._views import Turns, view_turn
 from proxy.filters.base import FilterContext
 from proxy.filters.manager_view import ManagerView
 from tests.factories import action, assistant, call, corpus_body, corpus_files, exchange, result, system, user
 
 
 def view(
-    messages: list[Message], phase: str | None = "2", previous_phase_id: int | str | None = None
+    messages: list[Message],
+    phase: str | None = "2",
+    previous_phase_id: int | str | None = None,
+    notes: list[str] | None = None,
+    turns: Turns = "first_user",
 ) -> list[Message]:
-    ctx = FilterContext(role="manager", phase=phase)
-    return ManagerView(type="manager_view", previous_phase_id=previous_phase_id).apply(messages, ctx)
+    ctx = FilterContext(role="manager", phase=phase, notes=notes if notes is not None else [])
+    return ManagerView(type="manager_view", previous_phase_id=previous_phase_id, turns=turns).apply(
+        messages, ctx
+    )
+
+
+def task(text: str) -> Message:
+    return user(text, message_type="task")
 
 
 def synthesis(text: str, phase_id: int | str, **extra: object) -> Message:
@@ -29,14 +39,14 @@ def synthesis(text: str, phase_id: int | str, **extra: object) -> Message:
 def phased_history() -> list[Message]:
     return [
         system("manage"),
-        user("phase 0 work"),
+        task("phase 0 work"),
         *exchange("bash", output="phase 0 trace"),
         synthesis("phase 0 summary", 0),
-        user("phase 1 work"),
+        task("phase 1 work"),
         assistant("worker chatter"),
         synthesis("phase 1 summary", 1),
         assistant("a final word", message_type="final", phase_id=1),
-        user("phase 2 work"),
+        task("phase 2 work"),
     ]
 
 
@@ -57,18 +67,35 @@ def test_phase_zero_sees_no_synthesis() -> None:
 
 
 def test_phase_ids_compare_as_text() -> None:
-    messages = [user("w"), synthesis("as text", "1"), synthesis("as number", 1), user("now")]
+    messages = [task("w"), synthesis("as text", "1"), synthesis("as number", 1), task("now")]
     assert contents(view(messages, phase="2")) == ["as text", "as number", "now"]
 
 
-def test_missing_phase_raises_not_applicable_naming_the_header() -> None:
-    with pytest.raises(NotApplicable, match=r"X-Agent-Phase.*previous_phase_id"):
-        view(phased_history(), phase=None)
+def test_without_a_phase_header_the_previous_phase_is_the_newest_synthesis_phase_with_a_note() -> None:
+    notes: list[str] = []
+    assert contents(view(phased_history(), phase=None, notes=notes)) == [
+        "manage",
+        "phase 1 summary",
+        "phase 2 work",
+    ]
+    assert notes == ["manager_view:phase_inferred"]
 
 
-def test_non_integer_phase_raises_not_applicable() -> None:
-    with pytest.raises(NotApplicable, match="'design' is not an integer"):
-        view(phased_history(), phase="design")
+def test_a_phase_that_is_not_an_integer_is_a_hint_not_an_error() -> None:
+    notes: list[str] = []
+    assert contents(view(phased_history(), phase="design", notes=notes)) == [
+        "manage",
+        "phase 1 summary",
+        "phase 2 work",
+    ]
+    assert notes == ["manager_view:phase_not_integer", "manager_view:phase_inferred"]
+
+
+def test_with_no_phase_and_no_synthesis_the_manager_keeps_system_and_current_turn_with_a_note() -> None:
+    notes: list[str] = []
+    messages = [system("manage"), user("Current Task: plan the article"), *exchange("delegate_work")]
+    assert view(messages, phase=None, notes=notes) == messages
+    assert notes == ["manager_view:phase_unknown"]
 
 
 def test_configured_previous_phase_needs_no_header_and_wins_over_it() -> None:
@@ -100,7 +127,7 @@ def test_current_turn_is_kept_verbatim() -> None:
 def test_a_synthesis_with_tool_calls_keeps_only_its_text() -> None:
     with_calls = action(call("handoff"), text="phase 1 summary", message_type="synthesis", phase_id=1)
     only_calls = action(call("handoff"), message_type="synthesis", phase_id=1)
-    messages = [user("w"), with_calls, result(with_calls), only_calls, result(only_calls), user("now")]
+    messages = [task("w"), with_calls, result(with_calls), only_calls, result(only_calls), task("now")]
     out = view(messages, phase="2")
     assert contents(out) == ["phase 1 summary", "now"]
     assert "tool_calls" not in out[0] and out[0]["phase_id"] == 1
@@ -110,13 +137,18 @@ def test_a_synthesis_with_tool_calls_keeps_only_its_text() -> None:
 
 def test_tool_messages_annotated_synthesis_are_not_shown_without_their_call() -> None:
     act = action(call("summarize"))
-    messages = [user("w"), act, result(act, "summary", message_type="synthesis", phase_id=1), user("now")]
+    messages = [task("w"), act, result(act, "summary", message_type="synthesis", phase_id=1), task("now")]
     assert contents(view(messages, phase="2")) == ["now"]
 
 
-def test_without_annotations_the_manager_sees_the_leading_system_and_current_turn() -> None:
+def test_without_annotations_the_manager_keeps_its_task_and_everything_since_by_default() -> None:
     messages = [system(), user("old"), *exchange(), assistant("old answer"), user("now"), *exchange()]
-    assert view(messages, phase="3") == [messages[0], *messages[-3:]]
+    assert view(messages, phase="3") == messages
+
+
+def test_with_every_user_the_manager_sees_system_first_task_and_current_turn() -> None:
+    messages = [system(), user("old"), *exchange(), assistant("old answer"), user("now"), *exchange()]
+    assert view(messages, phase="3", turns="every_user") == [messages[0], messages[1], *messages[-3:]]
 
 
 def test_input_is_not_mutated() -> None:
@@ -129,7 +161,8 @@ def test_input_is_not_mutated() -> None:
 @pytest.mark.parametrize("path", corpus_files(), ids=lambda p: p.stem)
 def test_corpus_output_keeps_the_invariants(path: Path) -> None:
     messages = corpus_body(path.name)["messages"]
-    lead, current = current_turn_bounds(messages)
+    turn = view_turn(messages, "first_user")
+    lead, current = turn.lead, turn.start
     out = view(messages, phase="1")
     assert invariant_errors(out) == invariant_errors(messages) == {}
     assert out[: leading_system_count(messages)] == messages[:lead]

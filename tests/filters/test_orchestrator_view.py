@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from proxy.core.invariants import invariant_errors
 from proxy.core.messages import Message, newest_user_index
-from proxy.filters._views import current_turn_bounds
+from proxy.filters._views import view_turn
 from proxy.filters.base import FilterContext
 from proxy.filters.orchestrator_view import OrchestratorView
 from tests.factories import action, assistant, call, corpus_body, corpus_files, exchange, result, system, user
@@ -78,12 +78,14 @@ def test_assistant_text_beside_tool_calls_is_kept_without_the_calls() -> None:
 def test_the_newest_max_conversation_turns_messages_are_kept() -> None:
     history = [m for k in range(5) for m in (user(f"q{k}"), assistant(f"a{k}"))]
     out = view([system(), *history, user("now")], n=3)
-    assert contents(out) == ["You are a helpful agent.", "a3", "q4", "a4", "now"]
+    assert contents(out) == ["You are a helpful agent.", "q0", "a3", "q4", "a4", "now"], (
+        "q0: the task statement"
+    )
 
 
 def test_the_limit_counts_messages_after_traces_are_removed() -> None:
     messages = [user("q0"), *exchange(), *exchange(), assistant("a0"), user("q1"), *exchange(), user("now")]
-    assert contents(view(messages, n=2)) == ["a0", "q1", "now"]
+    assert contents(view(messages, n=2)) == ["q0", "a0", "q1", "now"]
 
 
 def test_the_current_turn_is_kept_verbatim() -> None:
@@ -96,8 +98,8 @@ def test_the_current_turn_is_kept_verbatim() -> None:
         result(finish),
     ]
     out = view([user("before"), assistant("earlier"), *current], n=1)
-    assert out[1:] == current
-    assert all(a is b for a, b in zip(out[1:], current, strict=True))
+    assert out[2:] == current
+    assert all(a is b for a, b in zip(out[2:], current, strict=True))
 
 
 def test_leading_system_messages_are_kept_even_with_a_tiny_window() -> None:
@@ -105,7 +107,27 @@ def test_leading_system_messages_are_kept_even_with_a_tiny_window() -> None:
     messages = [*lead, *(m for k in range(4) for m in (user(f"q{k}"), assistant(f"a{k}"))), user("now")]
     out = view(messages, n=1)
     assert out[:2] == lead
-    assert contents(out) == ["one", "two", "a3", "now"]
+    assert contents(out) == ["one", "two", "q0", "a3", "now"]
+
+
+def test_the_first_user_message_is_not_kept_twice_when_the_window_holds_it() -> None:
+    messages = [user("q0"), assistant("a0"), user("now")]
+    assert contents(view(messages, n=8)) == ["q0", "a0", "now"]
+
+
+def test_a_named_user_message_is_a_peer_agents_turn_in_the_conversation_not_a_new_turn() -> None:
+    messages = [
+        user("Plan the launch.", name="user"),
+        *exchange("search", output="raw"),
+        user("Here is my research.", name="researcher"),
+    ]
+    assert view(messages) == messages, "one turn: the task and everything since, verbatim"
+
+
+def test_with_first_user_the_whole_conversation_is_the_current_turn() -> None:
+    messages = [system(), user("q0"), *exchange(), assistant("a0"), user("observation"), *exchange()]
+    out = OrchestratorView(type="orchestrator_view", turns="first_user").apply(messages, CTX)
+    assert out == messages
 
 
 def test_annotated_observations_of_previous_turns_are_dropped() -> None:
@@ -147,7 +169,8 @@ def test_input_is_not_mutated() -> None:
 @pytest.mark.parametrize("path", corpus_files(), ids=lambda p: p.stem)
 def test_corpus_output_keeps_the_invariants(path: Path) -> None:
     messages = corpus_body(path.name)["messages"]
-    lead, current = current_turn_bounds(messages)
+    turn = view_turn(messages, "every_user")
+    lead, current = turn.lead, turn.start
     newest = newest_user_index(messages)
     for n in (1, 8):
         out = view(messages, n=n)
@@ -157,5 +180,6 @@ def test_corpus_output_keeps_the_invariants(path: Path) -> None:
         head = len(out) - (len(messages) - current)
         assert out[head:] == messages[current:], "the current turn is kept verbatim"
         history = out[lead:head]
-        assert len(history) <= n
+        assert len(history) <= n + len(turn.anchor)
+        assert all(any(m is messages[i] for m in history) for i in turn.anchor), "the task statement"
         assert all(m["role"] in ("user", "assistant") and "tool_calls" not in m for m in history)

@@ -1,4 +1,4 @@
-"""``worker_view``: the current turn only, without other agents' traces and completion signals."""
+"""``worker_view``: the task and what followed, without other agents' traces and completion signals."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from proxy.core.invariants import invariant_errors
-from proxy.core.messages import Message, leading_system_count, newest_user_index
-from proxy.filters._views import current_turn_bounds, producing_agent
+from proxy.core.messages import Message, classify, leading_system_count, newest_user_index
+from proxy.filters._views import TurnPattern, Turns, producing_agent, view_turn
 from proxy.filters.base import FilterContext
 from proxy.filters.worker_view import WorkerView
 from tests.factories import action, assistant, call, corpus_body, corpus_files, exchange, result, system, user
@@ -17,16 +17,33 @@ from tests.factories import action, assistant, call, corpus_body, corpus_files, 
 AUTOGEN_FILES = [p for p in corpus_files() if p.name.startswith("autogen-")]
 
 
-def view(messages: list[Message], agent: str | None = "coder", include_global: bool = True) -> list[Message]:
-    ctx = FilterContext(role="worker", agent=agent)
-    return WorkerView(type="worker_view", include_global=include_global).apply(messages, ctx)
+def view(
+    messages: list[Message],
+    agent: str | None = "coder",
+    include_global: bool = True,
+    turns: Turns = "first_user",
+    notes: list[str] | None = None,
+) -> list[Message]:
+    ctx = FilterContext(role="worker", agent=agent, notes=notes if notes is not None else [])
+    return WorkerView(type="worker_view", include_global=include_global, turns=turns).apply(messages, ctx)
 
 
 def contents(messages: list[Message]) -> list[object]:
     return [m.get("content") for m in messages]
 
 
-def test_worker_sees_only_the_current_turn() -> None:
+def test_by_default_a_later_user_message_is_not_a_new_task_so_the_task_and_everything_since_stay() -> None:
+    messages = [
+        system("work"),
+        user("the task"),
+        *exchange(output="trace"),
+        assistant("thinking"),
+        user("Analyze the tool result. If requirements are met, provide the Final Answer."),
+    ]
+    assert view(messages) == messages
+
+
+def test_with_every_user_the_worker_sees_the_current_turn_and_the_first_task_statement() -> None:
     messages = [
         system("work"),
         user("old task"),
@@ -34,7 +51,37 @@ def test_worker_sees_only_the_current_turn() -> None:
         assistant("old"),
         user("new task"),
     ]
-    assert contents(view(messages)) == ["work", "new task"]
+    assert contents(view(messages, turns="every_user")) == ["work", "old task", "new task"]
+
+
+def test_a_pattern_names_the_framework_task_prefix() -> None:
+    messages = [
+        system("work"),
+        user("Current Task: first"),
+        *exchange(output="first trace"),
+        user("Observation: 42"),
+        *exchange(output="more"),
+        user("Current Task: second"),
+        *exchange(output="second trace"),
+    ]
+    out = view(messages, turns=TurnPattern(pattern=r"^Current Task:"))
+    assert contents(out)[:3] == ["work", "Current Task: first", "Current Task: second"]
+    assert out[3:] == messages[-2:]
+
+
+def test_a_pattern_that_matches_nothing_keeps_everything_from_the_first_user_message() -> None:
+    messages = [system("work"), user("task"), *exchange(), user("observation")]
+    assert view(messages, turns=TurnPattern(pattern="^NEVER")) == messages
+
+
+def test_a_named_user_message_is_a_peers_message_not_a_new_task() -> None:
+    messages = [
+        system("review code"),
+        user("Write a slugify function.", name="user"),
+        assistant("def slugify(...): ...", name="coder"),
+        user("Please add type hints.", name="reviewer"),
+    ]
+    assert view(messages, agent="coder", turns="every_user") == messages
 
 
 def test_other_agents_traces_are_hidden() -> None:
@@ -48,7 +95,18 @@ def test_other_agents_traces_are_hidden() -> None:
         assistant("mine", agent="coder"),
     ]
     out = view(messages)
-    assert contents(out) == ["task", None, "my output", "mine"]
+    assert contents(out) == ["task", None, "my output", "their note", "mine"], (
+        "their words stay, not their trace"
+    )
+    assert invariant_errors(out) == {}
+
+
+def test_another_agents_action_keeps_its_text_without_calls_or_results() -> None:
+    theirs = action(call("search"), text="I will search.", agent="researcher")
+    messages = [user("task"), theirs, result(theirs, "results"), assistant("mine", agent="coder")]
+    out = view(messages)
+    assert contents(out) == ["task", "I will search.", "mine"]
+    assert "tool_calls" not in out[1]
     assert invariant_errors(out) == {}
 
 
@@ -61,7 +119,7 @@ def test_an_assistant_name_identifies_the_agent_as_in_autogen_transcripts() -> N
         assistant("summary", name="WebSearchAgent"),
         assistant("plan", name="coder"),
     ]
-    assert contents(view(messages)) == ["task", "plan"]
+    assert contents(view(messages)) == ["task", "summary", "plan"]
 
 
 def test_a_parallel_group_of_another_agent_is_dropped_as_a_whole() -> None:
@@ -107,12 +165,16 @@ def test_everything_of_the_current_turn_is_kept_when_no_agent_name_is_given() ->
         assistant("note", name="planner"),
         assistant("mine", agent="coder"),
     ]
-    assert view(messages, agent=None) == messages[2:]
+    notes: list[str] = []
+    assert view(messages, agent=None, notes=notes) == messages
+    assert notes == ["worker_view:agent_unknown"]
 
 
 def test_the_task_message_is_kept_even_when_another_agent_wrote_it() -> None:
     messages = [system(), user("delegated task", agent="planner"), assistant("their step", agent="planner")]
-    assert contents(view(messages)) == ["You are a helpful agent.", "delegated task"]
+    assert view(messages) == messages, (
+        "the task, and the planner's plain words: conversation the worker needs"
+    )
 
 
 def test_an_annotated_task_starts_the_current_turn() -> None:
@@ -143,13 +205,17 @@ def test_input_is_not_mutated() -> None:
 @pytest.mark.parametrize("path", corpus_files(), ids=lambda p: p.stem)
 def test_corpus_output_keeps_the_invariants(path: Path) -> None:
     messages = corpus_body(path.name)["messages"]
-    lead, current = current_turn_bounds(messages)
+    turn = view_turn(messages, "first_user")
+    lead, current = turn.lead, turn.start
     out = view(messages, agent=None)
     assert invariant_errors(out) == invariant_errors(messages) == {}
     assert out[: leading_system_count(messages)] == messages[:lead]
     newest = newest_user_index(messages)
     assert newest is None or any(m is messages[newest] for m in out)
     assert all(any(m is kept for kept in messages[current:]) for m in out[lead:])
+    kinds = classify(messages)
+    since = [m for i, m in enumerate(messages[current:], current) if kinds[i] != "final"]
+    assert out == messages[:lead] + since, "with no agent name a worker loses nothing but completion signals"
 
 
 @pytest.mark.parametrize("path", AUTOGEN_FILES, ids=lambda p: p.stem)
@@ -160,5 +226,14 @@ def test_autogen_worker_sees_only_its_own_traces(path: Path) -> None:
     for agent in agents:
         out = view(messages, agent=agent)
         assert invariant_errors(out) == {}
-        assert {producing_agent(m) for m in out if m.get("role") == "assistant"} == {agent}
+        actions = [m for m in out if m.get("role") == "assistant" and m.get("tool_calls")]
+        assert {producing_agent(m) for m in actions} <= {agent}, "only its own execution traces"
+        own_calls = {c["id"] for m in actions for c in m["tool_calls"]}
+        assert all(m["tool_call_id"] in own_calls for m in out if m.get("role") == "tool")
+        spoken = [
+            m
+            for m in messages
+            if m.get("role") == "assistant" and m.get("content") and m.get("name") != agent
+        ]
+        assert all(any(o.get("content") == m["content"] for o in out) for m in spoken), "peers' words stay"
         assert out[0] is messages[0], "the task message is kept"
