@@ -190,3 +190,14 @@ def test_report_writes_json_and_a_markdown_table_from_a_tiny_result(tmp_path: Pa
 def test_cells_are_chosen_by_glob_over_their_ids() -> None:
     assert [c.id for c in select_cells(["100-*-c1"])] == ["100-nonstream-c1", "100-stream-c1"]
     assert len(select_cells(["*"])) == 18
+
+
+def test_the_tricks_ab_measures_both_variants_and_restores_the_trick() -> None:
+    from bench import tricks
+    from proxy.filters.base import Filter
+
+    trick = Filter.private
+    figures = tricks.private_reads(rounds=1, repeats=2)
+    assert set(figures) == {"remove_regex", "last_n_observations"}
+    assert all(v["trick"] > 0 and v["plain"] > 0 for v in figures.values())
+    assert Filter.private is trick
