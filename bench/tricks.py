@@ -88,7 +88,12 @@ def private_reads(rounds: int, repeats: int) -> dict[str, dict[str, float]]:
 def rank_table_rss(rounds: int) -> dict[str, float]:
     found: dict[str, list[float]] = {"trick": [], "plain": []}
     for _ in range(rounds):
-        for variant, argument in (("trick", "release"), ("plain", "keep"), ("plain", "keep"), ("trick", "release")):
+        for variant, argument in (
+            ("trick", "release"),
+            ("plain", "keep"),
+            ("plain", "keep"),
+            ("trick", "release"),
+        ):
             out = subprocess.run(
                 [sys.executable, "-c", _RSS_PROBE, argument], capture_output=True, text=True, check=True
             )
@@ -97,7 +102,9 @@ def rank_table_rss(rounds: int) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=300)
     args = parser.parse_args(argv)
@@ -109,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     rss = rank_table_rss(max(1, args.rounds // 2))
     gain = 1 - rss["trick"] / rss["plain"]
-    print(f"release_rank_table (peak RSS)           {rss['trick']:8.1f} MB {rss['plain']:8.1f} MB  {gain:6.1%}")
+    print(
+        f"release_rank_table (peak RSS)           {rss['trick']:8.1f} MB {rss['plain']:8.1f} MB  {gain:6.1%}"
+    )
     return 0
 
 
