@@ -15,12 +15,15 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from proxy import __version__
 from proxy.config.loading import ConfigError, json_schema, load_config, summary
 from proxy.config.models import DEFAULT_CONFIG_PATH, Config
 from proxy.core.identity import Identity
+
+if TYPE_CHECKING:
+    from proxy.core.cost import Pricing
 
 CONFIG_ENV = "HISTORY_PROXY_CONFIG"
 APP_FACTORY = "proxy.server.app:app_from_env"
@@ -157,23 +160,74 @@ def cmd_preview(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pricing(value: str | None) -> Pricing | None:
+    """``--pricing``: a preset name, or a YAML/JSON file holding a pricing mapping."""
+    import yaml
+    from pydantic import ValidationError
+
+    from proxy.config.pricing import PricingConfig
+
+    if value is None:
+        return None
+    if value in ("openai", "anthropic"):
+        return PricingConfig.model_validate(value).pricing()
+    try:
+        data = yaml.safe_load(Path(value).read_text(encoding="utf-8"))
+        return PricingConfig.model_validate(data).pricing()
+    except OSError as exc:
+        raise CommandError(
+            f"--pricing {value}: not a preset (openai, anthropic) nor a readable file: {exc.strerror or exc}"
+        ) from None
+    except (yaml.YAMLError, ValidationError) as exc:
+        raise CommandError(f"--pricing {value}: not a pricing mapping: {exc}".splitlines()[0]) from None
+
+
+def _is_tool_loop(messages: Any, least: int) -> bool:
+    """A conversation of at least ``least`` messages in which the model called a tool."""
+    return (
+        isinstance(messages, list)
+        and len(messages) >= least
+        and any(isinstance(m, dict) and m.get("tool_calls") for m in messages)
+    )
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     from proxy.core.tokens import TokenCounters
-    from proxy.devtools.replay import render_html, render_text, replay
+    from proxy.devtools.replay import ReplayResult, replay
+    from proxy.devtools.replay_render import many_totals, render_html, render_many, render_text
     from proxy.errors import ProxyError
     from proxy.pipeline.run import Pipeline
 
     config = _load(args.config)
-    body = _read_body(args.file)
+    pricing = _pricing(args.pricing)
     identity = _caller(args, config)
-    try:
-        result = asyncio.run(replay(Pipeline(config, TokenCounters()), body, identity))
-    except ValueError as exc:
-        raise CommandError(f"{args.file}: {exc}") from None
-    except ProxyError as exc:
-        raise CommandError(f"the proxy would answer {exc.status_code}: {exc.message}") from None
+    if args.html and len(args.file) > 1:
+        raise CommandError("--html draws one conversation: give one FILE")
+    results: dict[str, ReplayResult] = {}
+    tokens = TokenCounters()
+    for file in args.file:
+        body = _read_body(file)
+        messages = body.get("messages") if isinstance(body, dict) else None
+        if args.tool_loops and not _is_tool_loop(messages, args.tool_loops):
+            continue
+        try:
+            results[file] = asyncio.run(replay(Pipeline(config, tokens), body, identity, pricing))
+        except ValueError as exc:
+            raise CommandError(f"{file}: {exc}") from None
+        except ProxyError as exc:
+            raise CommandError(f"{file}: the proxy would answer {exc.status_code}: {exc.message}") from None
+    if not results:
+        raise CommandError(f"no tool loop of {args.tool_loops} messages or more among the files")
+    if len(args.file) > 1:
+        if args.json:
+            files = {name: r.to_json()["totals"] for name, r in results.items()}
+            print(json.dumps({"files": files, "totals": many_totals(results)}, indent=2))
+        else:
+            print(render_many(results))
+        return 0
+    result = next(iter(results.values()))
     if args.html:
-        title = f"history-proxy replay: {Path(args.file).name}, role {identity.role}"
+        title = f"history-proxy replay: {Path(args.file[0]).name}, role {identity.role}"
         try:
             Path(args.html).write_text(render_html(result, title), encoding="utf-8")
         except OSError as exc:
@@ -272,7 +326,22 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     replay_.add_argument(
-        "file", metavar="FILE", help="chat-completions request body holding the whole conversation"
+        "file",
+        metavar="FILE",
+        nargs="+",
+        help="chat-completions request body holding the whole conversation; several: one line each and totals",
+    )
+    replay_.add_argument(
+        "--pricing",
+        metavar="openai|anthropic|FILE",
+        help="prompt-cache prices to bill with (default: the routed upstream's pricing model)",
+    )
+    replay_.add_argument(
+        "--tool-loops",
+        type=int,
+        default=0,
+        metavar="N",
+        help="replay only tool loops: conversations of N messages or more with a tool call (the cost target: 12)",
     )
     _add_caller_options(replay_)
     replay_.add_argument("--html", metavar="OUT", help="also write a self-contained HTML page with a chart")

@@ -21,7 +21,8 @@ from proxy.config.models import Config
 from proxy.core.identity import Identity
 from proxy.core.messages import Message
 from proxy.core.tokens import TokenCounters
-from proxy.devtools.replay import render_html, replay
+from proxy.devtools.replay import replay
+from proxy.devtools.replay_render import render_html
 from proxy.pipeline.run import Pipeline
 from tests.factories import CORPUS_DIR, corpus_body
 
@@ -118,9 +119,13 @@ def test_replay_prints_a_table_line_per_request_then_totals(
     lines = capsys.readouterr().out.splitlines()
     assert status == 0
     assert lines[0] == "role worker, chain: worker_view, last_n_observations, token_limiter"
-    assert lines[1].split() == ["req", "msgs", "unfiltered", "sent", "cached", "prefix", "cached", "%"]
+    assert lines[1].startswith("pricing openai: cached reads x0.1, cache writes x1, from 1024 tokens")
+    assert lines[2].split() == [
+        "req", "msgs", "unfiltered", "sent", "cached", "prefix", "cached", "%",
+        "billed", "cached", "uncached", "cost", "unfilt.", "cost",
+    ]  # fmt: skip
     requests = len(answered_prefixes(corpus_body(CONVERSATION)["messages"]))
-    assert len(lines) == 2 + requests + 1
+    assert len(lines) == 3 + requests + 1
     assert lines[-1].startswith(f"total: {requests} requests, ")
 
 
@@ -152,7 +157,7 @@ def test_replay_writes_a_self_contained_page(config_file: Path, tmp_path: Path) 
     args = ["replay", str(CORPUS_DIR / CONVERSATION), "--config", str(config_file), "--role", "worker"]
     assert main([*args, "--html", str(out)]) == 0
     page = out.read_text()
-    assert page.count('<polyline class="series"') == 3
+    assert page.count('<polyline class="series"') == 5  # three token series, two cost series
     assert '<svg id="chart"' in page
     assert "http://" not in page.replace("http://www.w3.org/2000/svg", "") and "<script" not in page
 
@@ -279,3 +284,88 @@ def test_the_html_chart_is_drawn_in_a_real_browser(config_file: Path, tmp_path: 
     assert box[2] - box[0] > 700 and box[1] > 0, f"the plot area {box} is not the chart's"
     for series, colour in SERIES_COLOURS.items():
         assert colour_pixels(decoded, box, colour) >= 30, f"{series} is not drawn in the chart"
+
+
+# --- cost with prompt caching priced in (issue 18) ----------------------------------------------
+
+
+def test_replay_prices_each_request_against_the_same_requests_unfiltered(
+    config_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["replay", str(CORPUS_DIR / CONVERSATION), "--config", str(config_file), "--role", "worker"]
+    assert main([*args, "--json", "--pricing", "anthropic"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["pricing"]["write"] == 1.25
+    counter = TokenCounters().get(model=corpus_body(CONVERSATION)["model"])
+    previous = 0
+    expected_unfiltered = 0.0
+    for step, prefix in zip(
+        printed["steps"], answered_prefixes(corpus_body(CONVERSATION)["messages"]), strict=True
+    ):
+        total = counter.messages(prefix)
+        cached = (
+            previous if previous >= 1024 and total >= 1024 else 0
+        )  # unfiltered: the whole previous request
+        expected_unfiltered += cached * 0.1 + (total - cached) * (1.25 if total >= 1024 else 1.0)
+        previous = sum(counter.message(m) for m in prefix)
+        assert step["tokens_cached"] + step["tokens_uncached"] == step["tokens_sent"]
+    totals = printed["totals"]
+    assert totals["unfiltered_cost"] == pytest.approx(expected_unfiltered, abs=0.1)
+    assert totals["cost_ratio"] == round(totals["cost"] / totals["unfiltered_cost"], 4)
+    assert totals["dearer"] == (totals["cost"] > totals["unfiltered_cost"])
+
+
+def test_replay_flags_a_conversation_dearer_than_unfiltered(
+    config_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # polling 1 with a tight limit rewrites the prefix on almost every request: dearer under Anthropic prices
+    args = ["replay", str(CORPUS_DIR / CONVERSATION), "--config", str(config_file), "--role", "worker"]
+    assert main([*args, "--pricing", "anthropic"]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.endswith("DEARER than unfiltered")
+
+
+def test_replay_reads_pricing_from_a_file(
+    config_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("{preset: anthropic, read: 0.5, write: 0.5}\n")
+    args = [
+        "replay",
+        str(CORPUS_DIR / CONVERSATION),
+        "--config",
+        str(config_file),
+        "--role",
+        "worker",
+        "--json",
+    ]
+    assert main([*args, "--pricing", str(prices)]) == 0
+    assert json.loads(capsys.readouterr().out)["pricing"]["read"] == 0.5
+    prices.write_text("{preset: anthropic, reed: 0.5}\n")
+    assert main([*args, "--pricing", str(prices)]) == 1
+    assert "--pricing" in capsys.readouterr().err
+
+
+def test_replay_of_many_files_totals_the_tool_loops(capsys: pytest.CaptureFixture[str]) -> None:
+    files = [str(CORPUS_DIR / name) for name in (CONVERSATION, "crewai-hierarchical-manager.json")]
+    assert main(["replay", *files, "--role", "worker", "--tool-loops", "12", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert list(printed["files"]) == [files[0]]  # 9 messages: not a tool loop of 12
+    assert printed["totals"]["conversations"] == 1
+    assert printed["totals"]["cost"] == printed["files"][files[0]]["cost"]
+
+
+@pytest.mark.parametrize("pricing", ["openai", "anthropic"])
+def test_the_default_worker_chain_costs_at_most_0_6_of_unfiltered_on_every_tool_loop(
+    pricing: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 18's target, with the command docs/cost.md gives: total <= x0.6, none dearer by over 2 %."""
+    files = [str(path) for path in sorted(CORPUS_DIR.glob("*.json"))]
+    assert (
+        main(["replay", *files, "--role", "worker", "--tool-loops", "12", "--pricing", pricing, "--json"])
+        == 0
+    )
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["totals"]["conversations"] >= 20
+    assert printed["totals"]["cost_ratio"] <= 0.6
+    assert {name: t["cost_ratio"] for name, t in printed["files"].items() if t["cost_ratio"] > 1.02} == {}

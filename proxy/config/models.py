@@ -19,8 +19,10 @@ from pydantic import (
 )
 
 from proxy.config.policies import PoliciesConfig, PolicyMode
+from proxy.config.pricing import PricingConfig, default_pricing
 from proxy.config.strict import StrictModel
 from proxy.config.summaries import SummaryCacheConfig
+from proxy.core.cost import Pricing
 from proxy.core.messages import DEFAULT_COMPLETION_TOOLS
 from proxy.filters.base import Filter
 from proxy.filters.cache_control import CacheControl
@@ -41,6 +43,8 @@ class UpstreamConfig(StrictModel):
     """Answer from the built-in mock upstream, in this process, while ``api_key`` is empty."""
     retries: int = Field(default=2, ge=0, le=10)
     """Retries of connect errors and 429/502/503 answers before any byte reached the client."""
+    pricing: PricingConfig | None = None
+    """Prompt-cache prices (``openai``, ``anthropic`` or the numbers); none: by ``cache_control``."""
 
     @field_validator("base_url")
     @classmethod
@@ -53,6 +57,11 @@ class UpstreamConfig(StrictModel):
     def key(self) -> str | None:
         secret = self.api_key.get_secret_value() if self.api_key else ""
         return secret or None
+
+    @property
+    def price_model(self) -> Pricing:
+        """The prices the cost-aware filters and ``replay`` use for this upstream."""
+        return self.pricing.pricing() if self.pricing else default_pricing(self.cache_control)
 
     @property
     def is_mock(self) -> bool:

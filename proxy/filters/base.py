@@ -7,6 +7,7 @@ from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from proxy.core.cost import Pricing
 from proxy.core.messages import DEFAULT_COMPLETION_TOOLS, Message
 from proxy.core.tokens import TokenCounters
 
@@ -33,6 +34,8 @@ class FilterContext:
     summarizer: Summarizer | None = None
     upstream: str | None = None
     """Name of the upstream the request is routed to."""
+    pricing: Pricing | None = None
+    """The routed upstream's prompt-cache prices (cost-aware filters; none: Anthropic's, the stricter)."""
     notes: list[str] = field(default_factory=list)
     """Filters may append short outcome notes (e.g. ``summarize:fallback``); shown in headers and logs."""
 

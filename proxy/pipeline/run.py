@@ -24,6 +24,7 @@ from typing import Any
 
 from proxy.config.models import Config
 from proxy.config.policies import PolicyMode
+from proxy.core.cost import Pricing
 from proxy.core.identity import Identity
 from proxy.core.invariants import invariant_errors, invariants_hold
 from proxy.core.messages import Message, NotApplicable, strip_annotations
@@ -172,7 +173,12 @@ class Pipeline:
             summarizer=self.summarizer,
             upstream=upstream,
             notes=list(identity.notes),
+            pricing=self._pricing(upstream),
         )
+
+    def _pricing(self, upstream: str | None) -> Pricing | None:
+        config = self.config.upstreams.get(upstream) if upstream else None
+        return config.price_model if config else None
 
     async def run(
         self, body: dict[str, Any], identity: Identity, upstream: str | None = None
