@@ -15,9 +15,10 @@ import bisect
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from pydantic import Field, PrivateAttr, field_serializer
+from pydantic import Field, PrivateAttr, field_serializer, model_validator
 
 from proxy.core.messages import OBSERVATION, Message, image_count, tags_of
+from proxy.filters._cost_trigger import NOTICE_TOKENS, Item, cost_boundary
 from proxy.filters.base import Filter, FilterContext
 
 TagSet = frozenset[str]
@@ -160,6 +161,9 @@ class LastNObservations(Filter):
     """How many of the newest observations keep their content."""
     polling: int = Field(default=1, ge=1)
     """Move the elision boundary only every ``polling`` observations (keeps between n and n+polling)."""
+    trigger: Literal["count", "cost"] = "count"
+    """``cost``: move the boundary (to the newest ``n``) only when the tokens it elides repay the cache
+    rewrite it causes, under the upstream's pricing (docs/cost.md); ``count``: every ``polling``."""
     always_keep_output_for_tags: TagSet = Field(default=frozenset({"keep_output"}))
     """An observation tagged with one of these keeps its content even when old."""
     always_remove_output_for_tags: TagSet = Field(default=frozenset({"remove_output"}))
@@ -172,13 +176,22 @@ class LastNObservations(Filter):
     _notices: NoticeMemo = PrivateAttr(default_factory=NoticeMemo)
     # old observations stay the same strings from request to request: their notices are remembered
 
+    @model_validator(mode="after")
+    def _one_trigger(self) -> LastNObservations:
+        if self.trigger == "cost" and self.polling != 1:
+            raise ValueError("polling moves the boundary by count, trigger: cost by price; set one of them")
+        return self
+
     @field_serializer("always_keep_output_for_tags", "always_remove_output_for_tags")
     def _sorted(self, tags: TagSet) -> list[str]:
         return sorted(tags)
 
     def apply(self, messages: list[Message], ctx: FilterContext) -> list[Message]:
         positions = observation_positions(messages)
-        by_count = elided_by_count(len(positions), self.n, self.polling)
+        if self.trigger == "cost":
+            by_count = range(1, 1 + self._cost_boundary(messages, positions, ctx))
+        else:
+            by_count = elided_by_count(len(positions), self.n, self.polling)
         result = list(messages)
         notices: NoticeMemo = self.private("_notices")
         rewrites: list[tuple[Message, Message]] = []
@@ -198,3 +211,11 @@ class LastNObservations(Filter):
         # the request's counter learns each copy's tokens from its original's: no walk over the copies
         ctx.tokens.get(model=ctx.model).count_rewritten(rewrites, "content")
         return result
+
+    def _cost_boundary(self, messages: list[Message], positions: list[int], ctx: FilterContext) -> int:
+        """How many observations after the first are elided, decided by price (``_cost_trigger``)."""
+        counter = ctx.tokens.get(model=ctx.model)
+        counts = [counter.message(m) for m in messages]
+        items = [Item(i, max(0, counts[i] - NOTICE_TOKENS)) for i in positions[1:]]
+        n = self.n
+        return cost_boundary(messages, counts, items, lambda _end, available: available - n, ctx.pricing)
