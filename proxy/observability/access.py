@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.core.identity import Identity
+from proxy.core.usage import CacheUsage
 from proxy.observability.logs import redact
 from proxy.pipeline.run import PipelineResult
 
@@ -107,6 +108,8 @@ class Exchange:
     """Counted in the streams-in-flight gauge until finished."""
     body: Any = None
     """The request body, kept only with ``log_bodies: true`` (logged redacted)."""
+    usage: CacheUsage | None = None
+    """The input and prompt-cache tokens the upstream reported, when it did."""
 
     def elapsed_ms(self) -> float:
         return (time.perf_counter() - self.started) * 1000
@@ -167,6 +170,11 @@ class Exchange:
             fields["failed_filter"] = result.failed_filter
             fields["notes"] = report.get("notes")
             fields["broken"] = self.broken
+        usage = self.usage
+        fields["upstream_input_tokens"] = usage.input_tokens if usage else None
+        fields["upstream_cached_tokens"] = usage.cached_tokens if usage else None
+        fields["upstream_cache_write_tokens"] = usage.cache_write_tokens if usage else None
+        fields["cached_share"] = round(usage.cached_share, 4) if usage else None
         now = time.perf_counter()
         sent = self.upstream_started
         fields["overhead_ms"] = None if self.overhead_ms is None else round(self.overhead_ms, 2)

@@ -131,6 +131,7 @@ class Metrics:
         self._shadow_requests = Children(self.shadow_requests)
         self._upstream_seconds = Children(self.upstream_seconds)
         self._upstream_first_byte = Children(self.upstream_first_byte)
+        self._upstream_tokens = Children(self.upstream_tokens)
 
     def _add_summary_collectors(self) -> None:
         self.summary_hits = Counter(
@@ -201,6 +202,13 @@ class Metrics:
             buckets=UPSTREAM_BUCKETS,
             registry=self.registry,
         )
+        self.upstream_tokens = Counter(
+            "history_proxy_upstream_input_tokens",
+            "Input tokens the upstream reported (usage), of which `kind` cached (read from its prompt "
+            "cache) and cache_write (written to it); kind=input counts them all. By role and upstream.",
+            ["kind", "role", "upstream"],
+            registry=self.registry,
+        )
         self.streams_in_flight = Gauge(
             "history_proxy_streams_in_flight",
             "Upstream answers to stream: true requests being relayed right now.",
@@ -222,6 +230,10 @@ class Metrics:
             self._upstream_seconds(upstream).observe(seconds / 1000)
         if (seconds := exchange.first_byte_ms()) is not None:
             self._upstream_first_byte(upstream).observe(max(0.0, seconds / 1000))
+        if (usage := exchange.usage) is not None:
+            self._upstream_tokens("input", role, upstream).inc(usage.input_tokens)
+            self._upstream_tokens("cached", role, upstream).inc(usage.cached_tokens)
+            self._upstream_tokens("cache_write", role, upstream).inc(usage.cache_write_tokens)
         result = exchange.result
         if result is None or exchange.upstream is None:  # previews are not traffic
             return

@@ -261,6 +261,7 @@ class _Proxy(ServesState):
     def _streamed(self, reply: UpstreamReply, exchange: Exchange) -> None:
         exchange.broken = reply.broken
         exchange.first_byte_at = reply.first_byte_at
+        exchange.usage = reply.usage
         if not reply.complete and not reply.broken:
             exchange.status = CLIENT_CLOSED
         self.finish(exchange)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import anyio
 import httpx
 
+from proxy.core.usage import CacheUsage, UsageTap, usage_of_json
 from proxy.errors import ProxyError, UpstreamTimeoutError, UpstreamUnavailableError
 from proxy.upstream.headers import decode_headers, response_headers
 from proxy.upstream.transport import Answer, LeanAnswer
@@ -45,6 +46,8 @@ class UpstreamReply:
     """Set when the whole body was relayed."""
     first_byte_at: float | None = field(default=None, init=False)
     """When :meth:`stream` received the first piece of the body (``time.perf_counter``)."""
+    usage: CacheUsage | None = field(default=None, init=False)
+    """The input and prompt-cache tokens the answer reported (JSON body or the stream's usage event)."""
     _decoded: list[tuple[str, str]] | None = field(default=None, init=False, repr=False)
 
     @property
@@ -89,7 +92,10 @@ class UpstreamReply:
                     self.first_byte_at = time.perf_counter()
                 pieces.append(piece)
             self.complete = True
-            return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            if self.ok:
+                self.usage = usage_of_json(body)
+            return body
         except httpx.HTTPError as exc:
             raise transport_error(self.upstream, exc) from None
         finally:
@@ -98,12 +104,17 @@ class UpstreamReply:
     async def stream(self) -> AsyncIterator[bytes]:
         """The raw body as it arrives; a failure after the first byte ends it as the docstring above says."""
         answer = self.response
+        tap = UsageTap(sse=self.is_sse) if self.ok else None
         try:
             while (piece := await answer.next_piece()) is not None:
                 if self.first_byte_at is None:
                     self.first_byte_at = time.perf_counter()
                 yield piece
+                if tap is not None:  # after the piece went on: the tap never holds a byte back
+                    tap.feed(piece)
             self.complete = True
+            if tap is not None:
+                self.usage = tap.close()
         except httpx.HTTPError as exc:
             self.broken = True
             error = transport_error(self.upstream, exc, mid_stream=True)
