@@ -107,6 +107,7 @@ def test_each_module_imports_only_the_packages_below_its_own(module: str) -> Non
         ("proxy.core.encodings", set()),
         ("proxy.core.tokens", {"proxy.core.messages", "proxy.core.encodings"}),
         ("proxy.core.cost", set()),
+        ("proxy.core.windows", set()),
     ],
 )
 def test_messages_tokens_and_errors_are_leaves(leaf: str, allowed: set[str]) -> None:
@@ -118,8 +119,14 @@ FILTER_MODULES = sorted(m for m in MODULES if m.startswith("proxy.filters"))
 
 @pytest.mark.parametrize("module", FILTER_MODULES)
 def test_filters_import_only_the_stdlib_pydantic_and_the_message_helpers(module: str) -> None:
-    # core.cost: the prompt-cache prices a cost-aware filter weighs (a leaf, pure arithmetic)
-    allowed_proxy = {"proxy.core.messages", "proxy.core.invariants", "proxy.core.tokens", "proxy.core.cost"}
+    # core.cost and core.windows: prompt-cache prices and context windows (leaves, pure arithmetic)
+    allowed_proxy = {
+        "proxy.core.messages",
+        "proxy.core.invariants",
+        "proxy.core.tokens",
+        "proxy.core.cost",
+        "proxy.core.windows",
+    }
     foreign = {
         name
         for name in imports_of(module)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from proxy.config.loading import ConfigError, parse_config
 from proxy.config.models import UpstreamConfig
 from proxy.core.cost import ANTHROPIC, OPENAI, CacheSimulator, Pricing
+from proxy.filters.base import Filter
 
 
 def test_openai_bills_cached_reads_in_128_token_blocks_from_1024_tokens() -> None:
@@ -60,3 +63,16 @@ def test_an_unknown_preset_is_a_located_config_error() -> None:
     with pytest.raises(ConfigError) as raised:
         parse_config({"upstreams": {"a": {"base_url": "mock://", "pricing": "azure"}}})
     assert "upstreams.a.pricing" in str(raised.value)
+
+
+def test_the_compaction_only_config_is_the_default_worker_chain_without_its_view() -> None:
+    """docs/cost.md measures both; they must not drift apart."""
+    from proxy.config.loading import load_config
+    from proxy.config.models import DEFAULT_CONFIG_PATH
+
+    def compaction(path: Path) -> list[Filter]:
+        policy = load_config(path, env={}).policies.roles["worker"]
+        filters = policy if isinstance(policy, list) else policy.filters
+        return [f for f in filters if f.type_name not in {"worker_view", "orchestrator_view", "manager_view"}]
+
+    assert compaction(DEFAULT_CONFIG_PATH.parent / "compaction_only.yaml") == compaction(DEFAULT_CONFIG_PATH)

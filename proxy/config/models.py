@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import (
     Field,
+    PositiveInt,
     SecretStr,
     ValidationInfo,
     field_validator,
@@ -143,6 +144,8 @@ class Config(StrictModel):
     See ``proxy.observability.logs.redact``.
     """
     summary_cache: SummaryCacheConfig = Field(default_factory=SummaryCacheConfig)
+    context_windows: dict[str, PositiveInt] = Field(default_factory=dict)
+    """Model glob -> context window in tokens, checked before the packaged table (``limit: 80%``)."""
 
     @field_validator("upstreams")
     @classmethod

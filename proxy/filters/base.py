@@ -34,6 +34,10 @@ class FilterContext:
     summarizer: Summarizer | None = None
     upstream: str | None = None
     """Name of the upstream the request is routed to."""
+    window: int | None = None
+    """The request model's context window (config ``context_windows``, then the packaged table)."""
+    reserve: int = 0
+    """The request's ``max_completion_tokens`` / ``max_tokens``: the answer's room in that window."""
     pricing: Pricing | None = None
     """The routed upstream's prompt-cache prices (cost-aware filters; none: Anthropic's, the stricter)."""
     notes: list[str] = field(default_factory=list)
@@ -56,8 +60,9 @@ class Filter(BaseModel):
     def apply(self, messages: list[Message], ctx: FilterContext) -> list[Message]:
         raise NotImplementedError
 
-    def budget(self) -> int | None:
-        """The token limit this filter enforces, if any (reported as within_limit / tokens_over)."""
+    def budget(self, ctx: FilterContext | None = None) -> int | None:
+        """The token limit this filter enforces on the request of ``ctx``, if any (reported as
+        within_limit / tokens_over); a limit written as a share of the window needs ``ctx``."""
         return None
 
     def private(self, name: str) -> Any:

@@ -109,7 +109,7 @@ class Custom(Filter):
             return self._checked(await target_async(messages, ctx))
         return self.apply(messages, ctx)
 
-    def budget(self) -> int | None:
+    def budget(self, ctx: FilterContext | None = None) -> int | None:
         target_budget = getattr(self.private("_target"), "budget", None)
         limit = target_budget() if callable(target_budget) else None
         return limit if isinstance(limit, int) else None

@@ -25,6 +25,7 @@ from proxy.core.messages import (
     newest_user_index,
 )
 from proxy.core.tokens import TokenCounter
+from proxy.filters._limits import TokenLimit, resolve_limit
 from proxy.filters.base import Filter, FilterContext
 
 
@@ -42,8 +43,9 @@ class TokenLimiter(Filter):
     """
 
     type: Literal["token_limiter"]
-    limit: int = Field(ge=1)
-    """The most tokens the request may hold (OpenAI's chat recipe, reply priming included)."""
+    limit: TokenLimit
+    """The most tokens the request may hold (OpenAI's chat recipe, reply priming included), or a share of
+    the request model's context window less the request's ``max_completion_tokens`` (``80%``)."""
     encoding: Literal["auto", "o200k_base", "cl100k_base"] = "auto"
     """tiktoken encoding; ``auto`` picks the request model's (o200k_base for unknown models)."""
     tokenizer: Literal["tiktoken", "approximate"] = "tiktoken"
@@ -58,12 +60,12 @@ class TokenLimiter(Filter):
         "prefix until the next block is due; with step 1 the prefix shifts on almost every request"
     )
 
-    def budget(self) -> int | None:
-        return self.limit
+    def budget(self, ctx: FilterContext | None = None) -> int | None:
+        return resolve_limit(self.limit, ctx)
 
     def apply(self, messages: list[Message], ctx: FilterContext) -> list[Message]:
         counter = ctx.tokens.get(model=ctx.model, encoding=self.encoding, tokenizer=self.tokenizer)
-        excess = counter.messages(messages) - self.limit
+        excess = counter.messages(messages) - (resolve_limit(self.limit, ctx) or 1)
         if excess <= 0:
             return list(messages)
         lead = leading_system_count(messages) if self.keep_system else 0

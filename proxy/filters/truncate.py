@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import Field
 
 from proxy.core.messages import Message, how_many_to_drop, leading_system_count, newest_user_index, turn_spans
+from proxy.filters._limits import TokenLimit, resolve_limit
 from proxy.filters._turns import without_oldest_turns
 from proxy.filters.base import Filter, FilterContext
 
@@ -27,8 +28,9 @@ class Truncate(Filter):
     """
 
     type: Literal["truncate"]
-    max_tokens: int = Field(ge=1)
-    """The most tokens the request may hold (reply priming included)."""
+    max_tokens: TokenLimit
+    """The most tokens the request may hold (reply priming included), or a share of the request model's
+    context window less the request's ``max_completion_tokens`` (``80%``)."""
     step: int = Field(default=1, ge=1)
     """Drop turns in blocks of this many, so the prefix moves once per block."""
 
@@ -37,12 +39,12 @@ class Truncate(Filter):
         "prefix until the next block is due; with step 1 the prefix shifts whenever the budget overflows"
     )
 
-    def budget(self) -> int | None:
-        return self.max_tokens
+    def budget(self, ctx: FilterContext | None = None) -> int | None:
+        return resolve_limit(self.max_tokens, ctx)
 
     def apply(self, messages: list[Message], ctx: FilterContext) -> list[Message]:
         counter = ctx.tokens.get(model=ctx.model)
-        excess = counter.messages(messages) - self.max_tokens
+        excess = counter.messages(messages) - (resolve_limit(self.max_tokens, ctx) or 1)
         if excess <= 0:
             return list(messages)
         lead = leading_system_count(messages)

@@ -30,6 +30,7 @@ from proxy.core.invariants import invariant_errors, invariants_hold
 from proxy.core.messages import Message, NotApplicable, strip_annotations
 from proxy.core.tokens import TokenCounter, TokenCounters
 from proxy.core.validation import check_messages, message_list, request_messages
+from proxy.core.windows import output_reserve, window_of
 from proxy.errors import FilterError, InvalidRequestError, PayloadTooLargeError
 from proxy.filters.base import Filter, FilterContext, Summarizer
 
@@ -159,7 +160,12 @@ class Pipeline:
         return resolved
 
     def context(
-        self, identity: Identity, model: str, upstream: str | None, tokens: TokenCounters | None = None
+        self,
+        identity: Identity,
+        model: str,
+        upstream: str | None,
+        tokens: TokenCounters | None = None,
+        body: dict[str, Any] | None = None,
     ) -> FilterContext:
         """The filters' view of one request; ``tokens`` defaults to a fresh per-request view."""
         return FilterContext(
@@ -174,6 +180,8 @@ class Pipeline:
             upstream=upstream,
             notes=list(identity.notes),
             pricing=self._pricing(upstream),
+            window=window_of(model, self.config.context_windows),
+            reserve=output_reserve(body) if body else 0,
         )
 
     def _pricing(self, upstream: str | None) -> Pricing | None:
@@ -194,7 +202,7 @@ class Pipeline:
                 code="too_many_messages",
             )
         model = body.get("model") if isinstance(body.get("model"), str) else ""
-        ctx = self.context(identity, str(model), upstream)
+        ctx = self.context(identity, str(model), upstream, body=body)
         counter = ctx.tokens.get(model=ctx.model)  # the request's view: each message object counted once
         before = _checked_side(counter, original)  # checks the messages too: filters then read them safely
         resolved = self.resolve(identity.role, identity.tenant)
@@ -352,7 +360,7 @@ class Pipeline:
             "after": after,
             "filters": [o.__dict__ for o in outcomes],
         }
-        limits = [b for f in resolved.budgeted if (b := f.budget()) is not None]
+        limits = [b for f in resolved.budgeted if (b := _budget(f, ctx)) is not None]
         if limits:
             limit = min(limits)
             report["limit"] = {
@@ -366,3 +374,15 @@ class Pipeline:
         if ctx.notes:
             report["notes"] = list(ctx.notes)
         return report
+
+
+_BUDGET_TAKES_CTX: dict[type, bool] = {}
+
+
+def _budget(filter_: Filter, ctx: FilterContext) -> int | None:
+    """``filter_.budget(ctx)``; a filter written before limits could be shares takes no context."""
+    kind = type(filter_)
+    takes = _BUDGET_TAKES_CTX.get(kind)
+    if takes is None:
+        takes = _BUDGET_TAKES_CTX[kind] = bool(inspect.signature(filter_.budget).parameters)
+    return filter_.budget(ctx) if takes else filter_.budget()

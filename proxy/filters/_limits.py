@@ -1,0 +1,38 @@
+"""Token limits a filter may write as a number or as a share of the request model's window (``80%``)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BeforeValidator
+
+from proxy.core.windows import limit_from_share, share_of
+from proxy.filters.base import FilterContext
+
+WINDOW_UNKNOWN_NOTE = "window:unknown-model"
+
+
+def _checked(value: object) -> object:
+    if isinstance(value, str) and not value.strip().isdigit():
+        share_of(value)  # raises the ValueError that names the accepted form
+        return value.strip()
+    if isinstance(value, str):
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value < 1:
+        raise ValueError("must be >= 1 (tokens) or a share such as 80%")
+    return value
+
+
+TokenLimit = Annotated[int | str, BeforeValidator(_checked)]
+"""Tokens (``16000``) or a share of the request model's context window less its output room (``80%``)."""
+
+
+def resolve_limit(limit: int | str, ctx: FilterContext | None) -> int | None:
+    """The limit in tokens for this request (``None``: a share, asked without a request)."""
+    if isinstance(limit, int):
+        return limit
+    if ctx is None:
+        return None
+    if ctx.window is None and WINDOW_UNKNOWN_NOTE not in ctx.notes:
+        ctx.notes.append(WINDOW_UNKNOWN_NOTE)
+    return limit_from_share(share_of(limit), ctx.window, ctx.reserve)
