@@ -110,6 +110,8 @@ class Exchange:
     """The request body, kept only with ``log_bodies: true`` (logged redacted)."""
     usage: CacheUsage | None = None
     """The input and prompt-cache tokens the upstream reported, when it did."""
+    overflow_retry: int | None = None
+    """The token budget a request refused as too long was fitted to and sent again with."""
 
     def elapsed_ms(self) -> float:
         return (time.perf_counter() - self.started) * 1000
@@ -175,6 +177,7 @@ class Exchange:
         fields["upstream_cached_tokens"] = usage.cached_tokens if usage else None
         fields["upstream_cache_write_tokens"] = usage.cache_write_tokens if usage else None
         fields["cached_share"] = round(usage.cached_share, 4) if usage else None
+        fields["overflow_retry"] = self.overflow_retry
         now = time.perf_counter()
         sent = self.upstream_started
         fields["overhead_ms"] = None if self.overhead_ms is None else round(self.overhead_ms, 2)

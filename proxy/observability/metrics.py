@@ -209,6 +209,13 @@ class Metrics:
             ["kind", "role", "upstream"],
             registry=self.registry,
         )
+        self.overflow_retries = Counter(
+            "history_proxy_overflow_retries",
+            "Chat completions refused by the upstream as too long: retried fitted (outcome=retried) or "
+            "passed back because nothing smaller fits (outcome=unfitted).",
+            ["upstream", "outcome"],
+            registry=self.registry,
+        )
         self.streams_in_flight = Gauge(
             "history_proxy_streams_in_flight",
             "Upstream answers to stream: true requests being relayed right now.",
@@ -282,6 +289,10 @@ class Metrics:
 
     def observe_filter_failure(self, filter_type: str) -> None:
         self._filter_failures(self.filter_label(filter_type)).inc()
+
+    def observe_overflow(self, upstream: str, outcome: str) -> None:
+        """Count a refusal for length and what the proxy did about it."""
+        self.overflow_retries.labels(self.upstream_label(upstream), outcome).inc()
 
     def observe_overhead(self, seconds: float) -> None:
         self.overhead.observe(max(0.0, seconds))

@@ -41,6 +41,7 @@ from proxy.server.body import capped_stream, encode_json, has_body, model_of, pa
 from proxy.server.caller import resolve_identity
 from proxy.server.edge import CHAT_PATH, Answer, Call, Edge, Relay, Whole
 from proxy.server.guard import CLIENT_CLOSED, RequestGuard
+from proxy.server.overflow import RETRY_HEADER, retry_if_overflow
 from proxy.server.reload import (
     Reloader,
     ServesState,
@@ -132,7 +133,19 @@ class _Proxy(ServesState):
         identity = self.identify(call, exchange)
         names, forwarded, result = await self._shaped(call, exchange, identity)
         reply = await self._open(call, exchange, "/chat/completions", names, forwarded)
-        return await self._respond(reply, exchange, history_headers(result, identity.role))
+        headers = history_headers(result, identity.role)
+        retried = await retry_if_overflow(
+            reply,
+            forwarded,
+            lambda fitted: self._open(call, exchange, "/chat/completions", [reply.upstream], fitted),
+            config=self.config,
+            tokens=self.pipeline.tokens,
+            metrics=self.metrics,
+            exchange=exchange,
+        )
+        if retried is not None:
+            reply, headers[RETRY_HEADER] = retried[0], str(retried[1])
+        return await self._respond(reply, exchange, headers)
 
     async def _shaped(
         self, call: Call, exchange: Exchange, identity: Identity

@@ -49,6 +49,7 @@ class UpstreamReply:
     usage: CacheUsage | None = field(default=None, init=False)
     """The input and prompt-cache tokens the answer reported (JSON body or the stream's usage event)."""
     _decoded: list[tuple[str, str]] | None = field(default=None, init=False, repr=False)
+    _body: bytes | None = field(default=None, init=False, repr=False)
 
     @property
     def status_code(self) -> int:
@@ -83,7 +84,9 @@ class UpstreamReply:
         return response_headers(self._decoded)
 
     async def read(self) -> bytes:
-        """The whole raw body (error and non-streamed answers, passed through verbatim)."""
+        """The whole raw body (error and non-streamed answers, passed through verbatim); read once, kept."""
+        if self._body is not None:
+            return self._body
         pieces: list[bytes] = []
         answer = self.response
         try:
@@ -95,6 +98,7 @@ class UpstreamReply:
             body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
             if self.ok:
                 self.usage = usage_of_json(body)
+            self._body = body
             return body
         except httpx.HTTPError as exc:
             raise transport_error(self.upstream, exc) from None
