@@ -8,11 +8,13 @@ groups), as Plexus does. ``worker_compaction`` builds on the same limits.
 
 from __future__ import annotations
 
+import bisect
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
 from proxy.core.messages import Message
+from proxy.filters._cost_trigger import NOTICE_TOKENS, Item, cost_boundary
 from proxy.filters.base import Filter, FilterContext
 
 DEFAULT_NOTICE = (
@@ -98,10 +100,14 @@ class ToolResultLimits(Filter):
             ) from None
         return value
 
-    def truncate_old_results(self, messages: list[Message], ctx: FilterContext) -> list[Message]:
-        """Cut the tool results older than the newest ``keep_recent`` that are over ``max_chars``."""
-        tool_indices = [i for i, m in enumerate(messages) if m.get("role") == "tool"]
-        old = tool_indices[: max(0, len(tool_indices) - self.keep_recent)]
+    def truncate_old_results(
+        self, messages: list[Message], ctx: FilterContext, old: list[int] | None = None
+    ) -> list[Message]:
+        """Cut the tool results older than the newest ``keep_recent`` that are over ``max_chars``
+        (or, given ``old``, those of these indices that are over it)."""
+        if old is None:
+            tool_indices = [i for i, m in enumerate(messages) if m.get("role") == "tool"]
+            old = tool_indices[: max(0, len(tool_indices) - self.keep_recent)]
         result = list(messages)
         for i in old:
             content = messages[i].get("content")
@@ -136,10 +142,33 @@ class ToolResultTruncation(ToolResultLimits):
     """
 
     type: Literal["tool_result_truncation"]
+    trigger: Literal["every", "cost"] = "every"
+    """``every``: a result is cut as soon as it is older than the newest ``keep_recent``; ``cost``: old
+    results are cut (all at once) only when the tokens removed repay the prompt-cache rewrite the cut
+    causes, under the upstream's pricing (docs/cost.md)."""
     cache_friendly = (
-        "yes: a result is cut the same way on every request once it is older than the newest keep_recent, "
-        "so only the result that just aged changes"
+        "mostly: a result is cut the same way on every request once it is older than the newest keep_recent, "
+        "but that rewrites the prompt cache from the result that just aged; trigger: cost cuts in large steps "
+        "only when it pays"
     )
 
     def apply(self, messages: list[Message], ctx: FilterContext) -> list[Message]:
-        return self.truncate_old_results(messages, ctx)
+        if self.trigger == "every":
+            return self.truncate_old_results(messages, ctx)
+        counter = ctx.tokens.get(model=ctx.model)
+        counts = [counter.message(m) for m in messages]
+        tools = [i for i, m in enumerate(messages) if m.get("role") == "tool"]
+        long = [i for i in tools if text_length(messages[i].get("content")) > self.max_chars]
+        # what a cut saves: the result's tokens less the kept characters (~4 a token) and the notice
+        kept = self.max_chars // 4 + NOTICE_TOKENS * 3
+        items = [Item(i, max(0, counts[i] - kept)) for i in long]
+        keep = self.keep_recent
+
+        def eager(end: int, _available: int) -> int:
+            older = bisect.bisect_left(tools, end) - keep  # tool results before end, less the recent ones
+            if older <= 0:
+                return 0
+            return bisect.bisect_left(long, tools[older] if older < len(tools) else end)
+
+        count = cost_boundary(messages, counts, items, eager, ctx.pricing)
+        return self.truncate_old_results(messages, ctx, long[:count])

@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from proxy.core.cost import ANTHROPIC, Pricing
 from proxy.core.invariants import invariant_errors
 from proxy.core.messages import Message, leading_system_count, newest_user_index
+from proxy.core.tokens import TokenCounters
 from proxy.filters.base import FilterContext
 from proxy.filters.tool_result_truncation import DEFAULT_NOTICE, ToolResultTruncation
 from tests.factories import assistant, corpus_body, corpus_files, exchange, parallel, system, user
@@ -170,3 +172,39 @@ def test_corpus_output_keeps_the_invariants(path: Path) -> None:
     assert out[:lead] == messages[:lead]
     newest = newest_user_index(messages)
     assert newest is None or out[newest] is messages[newest]
+
+
+# --- trigger: cost (issue 18) -----------------------------------------------------------------------
+
+
+def cost_truncate(messages: list[Message], pricing: Pricing = ANTHROPIC, **params: object) -> list[Message]:
+    f = ToolResultTruncation.model_validate({"type": "tool_result_truncation", "trigger": "cost", **params})
+    return f.apply(messages, FilterContext(model="gpt-4o", tokens=TokenCounters(), pricing=pricing))
+
+
+def test_with_free_cache_writes_the_cost_trigger_cuts_like_every() -> None:
+    messages = [user(), *[m for k in range(6) for m in exchange(output=f"{k} " + LONG)]]
+    free = Pricing(name="free", read=1.0, write=1.0)
+    assert cost_truncate(messages, free) == truncate(messages)
+    assert cost_truncate(messages, free, keep_recent=0) == truncate(messages, keep_recent=0)
+
+
+def test_the_cost_trigger_leaves_a_short_conversation_alone() -> None:
+    messages = [user(), *[m for k in range(4) for m in exchange(output=f"{k} " + LONG)]]
+    assert cost_truncate(messages) == messages
+
+
+def test_the_cost_trigger_cuts_in_a_few_large_steps_and_the_prefix_holds_between_them() -> None:
+    from proxy.devtools.replay import request_ends
+
+    messages = corpus_body("openhands-codeact-ponylang-ponyc-4588.json")["messages"]
+    previous: list[Message] = []
+    advances = requests = 0
+    for end in request_ends(messages):
+        sent = cost_truncate(messages[:end], max_chars=2000)
+        requests += 1
+        if previous and sent[: len(previous)] != previous:
+            advances += 1
+        previous = sent
+    assert previous != messages[: len(previous)]  # it did cut
+    assert 0 < advances < requests / 4
