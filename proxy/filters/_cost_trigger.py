@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 from proxy.core.cost import ANTHROPIC, Pricing
 from proxy.core.messages import Message
@@ -65,10 +66,7 @@ def request_points(messages: Sequence[Message]) -> list[int]:
 
 def cumulative(token_counts: Sequence[int]) -> list[int]:
     """``out[i]`` is the tokens of the first ``i`` messages."""
-    out = [0]
-    for count in token_counts:
-        out.append(out[-1] + count)
-    return out
+    return list(accumulate(token_counts, initial=0))
 
 
 def cost_boundary(
