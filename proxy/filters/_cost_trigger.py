@@ -10,11 +10,11 @@ back after ``(write - read) * tail / (read * saved)`` requests.
 
 The rule: advance when that break-even comes within the requests expected before the next advance,
 estimated as a quarter of the requests since the previous advance (``HORIZON_SHARE``; at least
-``MIN_HORIZON``), or when a hard limit forces it; an advance goes as far as the eager position (the
-one a filter advancing on every request would hold), in one large step. Short requests, under the
-provider's ``min_tokens``, are judged the same way: moving their prefix would keep them from ever
-building a cache once they pass it. A provider whose writes cost no more than reads (``write <=
-read``) makes every advance free.
+``MIN_HORIZON``), or when a hard limit (the model's window less the answer's room) forces it; an
+advance goes as far as the eager position (the one a filter advancing on every request would hold),
+in one large step. Short requests, under the provider's ``min_tokens``, are judged the same way:
+moving their prefix would keep them from ever building a cache once they pass it. A provider whose
+writes cost no more than reads (``write <= read``) makes every advance free.
 
 Statelessness: the boundary is a pure function of the request. Every earlier request of the
 conversation is a prefix of this one (the history before each model answer), so the filter replays
@@ -31,6 +31,7 @@ from itertools import accumulate
 
 from proxy.core.cost import ANTHROPIC, Pricing
 from proxy.core.messages import Message
+from proxy.filters.base import FilterContext
 
 NOTICE_TOKENS = 16
 """About what a notice left in a compacted message's place costs (``Old environment output: ...``)."""
@@ -75,15 +76,14 @@ def cost_boundary(
     items: Sequence[Item],
     eager: Callable[[int, int], int],
     pricing: Pricing | None,
-    forced: Callable[[int, int, int], bool] | None = None,
+    hard_limit: int | None = None,
 ) -> int:
     """How many of the oldest ``items`` are compacted in the request ``messages``.
 
     ``eager(end, available)`` is how many items a filter advancing on every request would compact in
-    the request of the first ``end`` messages, ``available`` of the items lying before ``end``;
-    ``forced(end, boundary, tokens)`` says whether the request of ``end`` messages, compacted up to
-    ``boundary`` items and holding ``tokens`` tokens, breaks a hard limit (then the boundary moves to
-    the eager count regardless of cost).
+    the request of the first ``end`` messages, ``available`` of the items lying before ``end``; a
+    request that, compacted up to the current boundary, holds more than ``hard_limit`` tokens moves
+    the boundary to the eager count regardless of cost.
     """
     prices = pricing or ANTHROPIC
     penalty = max(prices.write - prices.read, 0.0)
@@ -99,7 +99,7 @@ def cost_boundary(
             continue
         saved = savings[target] - savings[boundary]
         kept_tokens = cum[end] - savings[boundary]
-        must = forced is not None and forced(end, boundary, kept_tokens)
+        must = hard_limit is not None and kept_tokens > hard_limit
         # what the advance rewrites: the compacted tokens between the first change and the end of the
         # previous request (messages new in this request are written either way)
         tail = max(0, cum[end_before] - cum[items[boundary].position] - saved)
@@ -107,3 +107,8 @@ def cost_boundary(
         if must or penalty == 0.0 or prices.read * saved * horizon >= penalty * tail:
             boundary, last_advance = target, number
     return boundary
+
+
+def window_room(ctx: FilterContext) -> int | None:
+    """The hard limit a cost trigger must respect: the model's window less the answer's room, if known."""
+    return ctx.window - ctx.reserve if ctx.window is not None else None

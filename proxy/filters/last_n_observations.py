@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import Field, PrivateAttr, field_serializer, model_validator
 
 from proxy.core.messages import OBSERVATION, Message, image_count, tags_of
-from proxy.filters._cost_trigger import NOTICE_TOKENS, Item, cost_boundary
+from proxy.filters._cost_trigger import NOTICE_TOKENS, Item, cost_boundary, window_room
 from proxy.filters.base import Filter, FilterContext
 
 TagSet = frozenset[str]
@@ -218,4 +218,8 @@ class LastNObservations(Filter):
         counts = [counter.message(m) for m in messages]
         items = [Item(i, max(0, counts[i] - NOTICE_TOKENS)) for i in positions[1:]]
         n = self.n
-        return cost_boundary(messages, counts, items, lambda _end, available: available - n, ctx.pricing)
+
+        def eager(_end: int, available: int) -> int:
+            return available - n  # every observation but the first and the newest n
+
+        return cost_boundary(messages, counts, items, eager, ctx.pricing, window_room(ctx))

@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from proxy.core.messages import Message
-from proxy.filters._cost_trigger import NOTICE_TOKENS, Item, cost_boundary
+from proxy.filters._cost_trigger import NOTICE_TOKENS, Item, cost_boundary, window_room
 from proxy.filters.base import Filter, FilterContext
 
 DEFAULT_NOTICE = (
@@ -170,5 +170,5 @@ class ToolResultTruncation(ToolResultLimits):
                 return 0
             return bisect.bisect_left(long, tools[older] if older < len(tools) else end)
 
-        count = cost_boundary(messages, counts, items, eager, ctx.pricing)
+        count = cost_boundary(messages, counts, items, eager, ctx.pricing, window_room(ctx))
         return self.truncate_old_results(messages, ctx, long[:count])

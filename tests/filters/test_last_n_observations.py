@@ -438,6 +438,13 @@ def test_large_old_outputs_are_elided_in_one_step_once_they_pay() -> None:
     assert counts == [0, 0, 0, 0, 0, 0, 0, 6, 6, 6, 6, 6]
 
 
+def test_before_the_model_s_window_it_elides_whatever_the_cost() -> None:
+    messages = history(["x " * 3000] * 4)  # ~12,000 tokens: not worth a rewrite yet (see above)
+    assert elided_count(messages, run(messages)) == 0
+    small = FilterContext(tokens=TokenCounters(), pricing=ANTHROPIC, window=10_000, reserve=1000)
+    assert elided_count(messages, cost_filter().apply(messages, small)) == 4 - 2
+
+
 def test_the_boundary_only_moves_forward_and_the_prefix_holds_between_moves() -> None:
     """Replayed request by request, each sent request repeats the previous one except at an advance."""
     messages = corpus_body("openhands-codeact-ponylang-ponyc-4588.json")["messages"]
