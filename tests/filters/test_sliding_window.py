@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from proxy.core.cost import ANTHROPIC, Pricing
 from proxy.core.invariants import broken_invariants
 from proxy.core.messages import Message, leading_system_count, newest_user_index, turn_spans
+from proxy.core.tokens import TokenCounters
 from proxy.filters.base import FilterContext
 from proxy.filters.sliding_window import SlidingWindow
 from tests.factories import (
@@ -229,3 +231,34 @@ def test_corpus_output_keeps_the_invariants(path: Path, window_size: int, step: 
     assert newest_user is None or any(m is messages[newest_user] for m in out)
     before, after = turn_count(messages), turn_count(out)
     assert after == before if before <= window_size else window_size - step + 1 <= after <= window_size
+
+
+# --- trigger: cost (issue 18) -----------------------------------------------------------------------
+
+
+def test_with_free_cache_writes_the_cost_trigger_keeps_the_newest_window_size_turns() -> None:
+    messages = [system()]
+    for k in range(6):
+        messages += [user(f"task {k} " + "word " * 400), assistant(f"done {k}")]
+    free = FilterContext(tokens=TokenCounters(), pricing=Pricing(name="free", read=1.0, write=1.0))
+    cost = SlidingWindow(type="sliding_window", window_size=2, trigger="cost")
+    assert cost.apply(messages, free) == SlidingWindow(type="sliding_window", window_size=2).apply(
+        messages, free
+    )
+
+
+def test_the_cost_trigger_keeps_old_turns_whose_dropping_does_not_repay_the_rewrite() -> None:
+    # three short old turns, then long ones: dropping the short ones would save a few tokens per
+    # request and rewrite the long ones in the cache
+    messages = [system()]
+    for k in range(6):
+        messages += [user(f"task {k}" + (" word" * 1000 if k >= 3 else "")), assistant(f"done {k}")]
+    ctx = FilterContext(tokens=TokenCounters(), pricing=ANTHROPIC)
+    assert (
+        SlidingWindow(type="sliding_window", window_size=2, trigger="cost").apply(messages, ctx) == messages
+    )
+
+
+def test_step_and_the_cost_trigger_are_not_combined() -> None:
+    with pytest.raises(ValidationError, match="set one of them"):
+        SlidingWindow(type="sliding_window", window_size=4, step=2, trigger="cost")
