@@ -19,8 +19,8 @@ from typing import Any
 
 _NULL_USAGE = re.compile(rb'"usage"\s*:\s*null')
 """OpenAI's chunks before the last say ``"usage": null`` when usage was asked for: nothing to parse."""
-MAX_LINE_BYTES = 1 << 20
-"""A line longer than this is not followed to its end (no usage event is that long)."""
+MAX_LINE_BYTES = 1 << 16
+"""A line longer than this is not followed to its end (a usage event is well under 1 KiB)."""
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,8 @@ class UsageTap:
     def feed(self, piece: bytes) -> None:
         """Read one relayed piece (call it after the piece went on its way)."""
         if not self._sse:
-            self._partial = (self._partial + piece)[-JSON_TAIL_BYTES:]
+            joined = piece if len(piece) >= JSON_TAIL_BYTES else self._partial + piece
+            self._partial = joined[-JSON_TAIL_BYTES:]
             return
         data = self._partial + piece if self._partial else piece
         if b"usage" not in data:
