@@ -20,6 +20,7 @@ What the parser accepts is narrower than what it can read, because the answer is
 from __future__ import annotations
 
 import asyncio
+import re
 import select
 from collections import deque
 from typing import cast
@@ -34,6 +35,9 @@ HEAD_LIMIT = 64 * 1024
 framing or trailers accepted between two pieces of body (Envoy allows 60 KiB of headers)."""
 HEADER_COUNT_LIMIT = 100
 """Headers accepted in one answer's head (Envoy's default)."""
+
+
+_CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 class _Refused(Exception):
@@ -89,6 +93,10 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if not self.expecting:
             self.unsolicited = True  # an upstream talking out of turn: its next answer cannot be trusted
+            self.close()
+            return
+        if not self.received and data[:1] in (b"\r", b"\n"):  # the parser would skip them; h11 does not
+            self._fail(httpx.RemoteProtocolError("the upstream sent an empty line before its status line"))
             self.close()
             return
         self.received = True
@@ -152,12 +160,15 @@ class Connection(asyncio.Protocol):
         self.header_count += 1
         if self.header_count > HEADER_COUNT_LIMIT:
             self._refuse(f"the upstream's answer has more than {HEADER_COUNT_LIMIT} headers")
-        self.headers.append((name, value))
+        # whitespace around a value is not part of it (RFC 9110 5.5); the parser keeps what trails
+        self.headers.append((name, value.rstrip(b" \t")))
 
     def on_headers_complete(self) -> None:
         self.status = self.parser.get_status_code()
         if self.head_bytes > HEAD_LIMIT:
             self._refuse(f"the upstream's answer head exceeds {HEAD_LIMIT} bytes")
+        if _CONTROL.search(self.reason):
+            self._refuse("the upstream's status line holds a control character")
         if not 100 <= self.status <= 599:
             self._refuse(f"the upstream answered with status {self.status}, outside 100-599")
         if self.status == 101:
