@@ -209,7 +209,6 @@ class Upstreams:
         for index, name in enumerate(candidates):
             upstream = self.config.upstreams[name]
             tries = upstream.retries + 1 if replayable else 1
-            status_tries = 1 if _client_retries(upstream.status_retries, headers) else tries
             content = await body(name) if callable(body) else body
             outgoing = wire_request_headers(
                 headers,
@@ -239,7 +238,9 @@ class Upstreams:
                     retryable = answer.status_code in RETRY_STATUSES
                     delay = (
                         self._retry_wait(httpx.Headers(answer.raw_headers), attempt)
-                        if retryable and attempt < status_tries - 1
+                        if retryable
+                        and attempt < tries - 1
+                        and not _client_retries(upstream.status_retries, headers)
                         else None
                     )
                     if not retryable or (delay is None and index == len(candidates) - 1):

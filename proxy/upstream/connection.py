@@ -175,17 +175,18 @@ class Connection(asyncio.Protocol):
             self._refuse("the upstream switched protocols (101), which the proxy never asks for")
         if self.status < 200:
             return  # an interim answer (100 Continue, 103 Early Hints): the real one follows
-        codings = [
-            token.strip().lower()
-            for name, value in self.headers
-            if name.lower() == b"transfer-encoding"
-            for token in value.split(b",")
-        ]
+        codings: list[bytes] = []
+        framed = False
+        for name, value in self.headers:
+            lowered = name.lower()
+            if lowered == b"transfer-encoding":
+                codings += [token.strip().lower() for token in value.split(b",")]
+            framed = framed or lowered == b"content-length"
         if codings and codings != [b"chunked"]:
             coding = b", ".join(codings).decode("latin-1")
             self._refuse(f"the upstream sent Transfer-Encoding: {coding}; only plain chunked is relayed")
         self.framing_bytes = 0
-        framed = bool(codings) or any(name.lower() == b"content-length" for name, _ in self.headers)
+        framed = framed or bool(codings)
         self.until_close = not framed and self.status not in (204, 304)
         self.server_keeps_alive = self.parser.should_keep_alive()  # reset once the answer is complete
         self.head_done = True
