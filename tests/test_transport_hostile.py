@@ -8,12 +8,16 @@ starts); nothing is ever sent twice.
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
 from pathlib import Path
 
 import httpx
 import pytest
 
+from proxy.config.loading import parse_config
+from proxy.errors import ProxyError
+from proxy.upstream.client import Upstreams
 from proxy.upstream.connection import HEAD_LIMIT, HEADER_COUNT_LIMIT
 from proxy.upstream.transport import LeanTransport
 from tests.test_transport import ScriptedServer, answering, certificate, client, ok, scripted
@@ -207,6 +211,30 @@ async def test_a_status_outside_100_to_599_is_refused(status: bytes) -> None:
 async def test_a_switch_of_protocols_is_refused_not_an_uncaught_upgrade() -> None:
     answer = b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: upgrade\r\n\r\nraw"
     assert "switched protocols (101)" in await refusal(answer)
+
+
+async def test_a_tls_verification_failure_is_logged_and_answered_with_its_reason(
+    certificate: tuple[Path, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    cert, key = certificate
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(cert, key)
+    server = ScriptedServer(answering(ok()))
+    server.server = await asyncio.start_server(server.handle, "127.0.0.1", 0, ssl=server_tls)
+    port = server.server.sockets[0].getsockname()[1]
+    config = {"upstreams": {"tls": {"base_url": f"https://localhost:{port}/v1", "retries": 0}}}
+    upstreams = Upstreams(parse_config(config, env={}))
+    await upstreams.start()
+    try:
+        with caplog.at_level(logging.INFO, "history_proxy.upstream"), pytest.raises(ProxyError) as caught:
+            await upstreams.open("POST", "/chat/completions", query="", headers=[], names=["tls"], body=b"{}")
+    finally:
+        await upstreams.stop()
+        server.server.close()
+    assert caught.value.status_code == 502
+    assert "self-signed certificate" in caught.value.message
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("not accepted: self-signed certificate" in line for line in warnings)
 
 
 async def test_a_tls_verification_failure_says_why(certificate: tuple[Path, Path]) -> None:

@@ -14,8 +14,10 @@ What a client sees for each outcome of :meth:`Upstreams.open` and :meth:`Upstrea
     reset / protocol error before headers     502 UpstreamUnavailableError (not retried, same reason: a
                                               request is never sent twice once written)
     any other answer                          passed through: status, end-to-end headers, raw bytes
+    a status outside 100-599, a 101           502 UpstreamUnavailableError (the transport refuses them)
     failure after the first byte              SSE: in-band ``data: {"error": ...}`` then ``data: [DONE]``;
-                                              other bodies just end
+                                              other bodies: the client's connection is dropped without
+                                              the answer's end (``UpstreamReply.cut_off``)
 
 This module and :mod:`proxy.upstream.pools` (the connections) import httpx; ``app.py`` turns an
 :class:`UpstreamReply` into a response; the built-in mock runs in :mod:`proxy.devtools.mock_server`.
@@ -235,6 +237,12 @@ class Upstreams:
                     raise transport_error(name, exc) from None
                 else:
                     waited += time.perf_counter() - started
+                    if not 100 <= answer.status_code <= 599:  # through httpx's transports (HTTP proxy, HEAD)
+                        await answer.aclose()
+                        message = (
+                            f"upstream {name!r} answered with status {answer.status_code}, outside 100-599"
+                        )
+                        raise UpstreamUnavailableError(message)
                     retryable = answer.status_code in RETRY_STATUSES
                     delay = (
                         self._retry_wait(httpx.Headers(answer.raw_headers), attempt)
