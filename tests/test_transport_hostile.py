@@ -18,7 +18,7 @@ import pytest
 from proxy.config.loading import parse_config
 from proxy.errors import ProxyError
 from proxy.upstream.client import Upstreams
-from proxy.upstream.connection import HEAD_LIMIT, HEADER_COUNT_LIMIT
+from proxy.upstream.connection import HEAD_LIMIT, HEADER_COUNT_LIMIT, Connection
 from proxy.upstream.transport import LeanTransport
 from tests.test_transport import ScriptedServer, answering, certificate, client, ok, scripted
 
@@ -253,3 +253,11 @@ async def test_a_tls_verification_failure_says_why(certificate: tuple[Path, Path
                 await http.get(f"https://localhost:{port}/v1/models")
     finally:
         server.server.close()
+
+
+async def test_a_connection_found_closed_before_writing_is_a_connect_error_which_the_client_retries() -> None:
+    connection = Connection(asyncio.get_running_loop())
+    connection.close()
+    with pytest.raises(httpx.ConnectError, match="before the request was sent"):
+        connection.start(b"POST / HTTP/1.1\r\n\r\n", b"{}")
+    assert not connection.expecting

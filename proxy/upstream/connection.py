@@ -252,7 +252,7 @@ class Connection(asyncio.Protocol):
         """
         self._reset()
         if not self.reusable or self.transport is None:
-            raise NotSent()
+            raise NotSent("the upstream closed the connection before the request was sent")
         self.expecting = True
         if len(body) < 16384:
             self.transport.write(head + body)  # one write, one segment
@@ -300,8 +300,9 @@ class Connection(asyncio.Protocol):
         return self.complete and not self.until_close and self.server_keeps_alive and self.reusable
 
 
-class NotSent(Exception):
-    """The connection was found closed before a byte of the request was written: safe to send elsewhere."""
+class NotSent(httpx.ConnectError):
+    """The connection was found closed before a byte of the request was written: safe to send elsewhere
+    (a ``ConnectError``, which the client retries, should it happen on a new connection too)."""
 
 
 async def _wait(
