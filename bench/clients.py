@@ -37,6 +37,10 @@ def aiohttp_tree(into: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        import aiohttp  # noqa: F401
+    except ImportError:
+        raise SystemExit("bench.clients needs aiohttp: pip install -e '.[bench]'") from None
     with tempfile.TemporaryDirectory(prefix="history-proxy-aiohttp-") as scratch:
         variant = aiohttp_tree(Path(scratch))
         print("old: the lean transport; new: aiohttp's client", flush=True)
