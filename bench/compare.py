@@ -8,9 +8,10 @@ proxy runs from its own tree with this interpreter (``python -m proxy`` imports 
 package of the directory it starts in) and serves the benchmark config of ``bench.run``, pinned to
 the proxy core, against one fast upstream on the other core. Per cell and chain, every round runs
 old, new, new, old, old, new segments (each after a short warm-up); the table gives per tree the
-medians of throughput, p50 latency and the proxy's CPU per request. ``--memory K`` also measures
+medians of throughput, p50 and p99 latency and the proxy's CPU per request. ``--memory K`` also measures
 the slow-streams memory figure K times per tree, a fresh proxy each time, trees alternating (peak:
-the larger of the sampled RSS and the process's VmHWM). It prints a markdown table and writes
+the larger of the sampled RSS and the process's VmHWM; and how many streams ended whole). It prints
+a markdown table and writes
 ``bench/results/compare-<UTC stamp>.json``.
 
 This machine's speed drifts between minutes; only figures of one run, interleaved, compare.
@@ -104,6 +105,7 @@ async def throughput(
                 row[tree] = {
                     "rps": statistics.median(s["throughput_rps"] for s in runs),
                     "p50_ms": statistics.median(s["p50_ms"] for s in runs),
+                    "p99_ms": statistics.median(s["p99_ms"] for s in runs),
                     "cpu_ms_per_request": statistics.median(s["cpu_ms_per_request"] for s in runs),
                     "errors": sum(s["errors"] for s in runs),
                     "segments": len(runs),
@@ -142,7 +144,11 @@ async def memory(
                 peaks[TREES[index]].append(
                     {"rss_peak_mb": peak_kb / 1024, "ok": summary["ok"], "errors": summary["errors"]}
                 )
-        figures = ", ".join(f"{tree} {peaks[tree][-1]['rss_peak_mb']:.0f} MB" for tree in TREES)
+        figures = ", ".join(
+            f"{tree} {peaks[tree][-1]['rss_peak_mb']:.0f} MB ({peaks[tree][-1]['ok']} streams whole, "
+            f"{peaks[tree][-1]['errors']} errors)"
+            for tree in TREES
+        )
         print(f"memory run {run + 1}: {figures}", flush=True)
     return peaks
 
@@ -152,7 +158,7 @@ def format_row(row: dict[str, Any]) -> str:
     for tree in TREES:
         figures = row[tree]
         cells.append(
-            f"{figures['rps']:.0f} rps, p50 {figures['p50_ms']:.2f} ms, "
+            f"{figures['rps']:.0f} rps, p50 {figures['p50_ms']:.2f} ms, p99 {figures['p99_ms']:.2f} ms, "
             f"CPU {figures['cpu_ms_per_request']:.3f} ms, {figures['errors']} errors"
         )
     return "| " + " | ".join(cells) + " |"

@@ -452,10 +452,17 @@ async def test_hop_by_hop_headers_are_not_forwarded_either_way(mocked: respx.Moc
         response = await client.post(
             "/v1/chat/completions",
             json=chat(),
-            headers={"connection": "x-private", "x-private": "1", "te": "trailers", "x-agent-name": "w1"},
+            headers={
+                "connection": "x-private",
+                "x-private": "1",
+                "te": "trailers",
+                "x-agent-name": "w1",
+                "x-trace": "t1",
+            },
         )
     sent = route.calls.last.request.headers
-    assert "x-private" not in sent and "te" not in sent and sent["x-agent-name"] == "w1"
+    assert "x-private" not in sent and "te" not in sent and sent["x-trace"] == "t1"
+    assert "x-agent-name" not in sent  # identity headers stay at the proxy
     assert sent["accept-encoding"] == "identity"
     assert "keep-alive" not in response.headers and "x-vendor" not in response.headers
 

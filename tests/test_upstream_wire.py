@@ -52,11 +52,13 @@ async def sent(
     headers: Sequence[tuple[str, str]] = CLIENT_HEADERS,
     key: str | None = "sk-upstream",
     proxy_keys: bool = False,
+    identity: dict[str, str] | None = None,
+    **options: Any,
 ) -> bytes:
     """The raw bytes the upstream received for one request through :meth:`Upstreams.open`."""
     async with scripted(answering(ok())) as server:
-        upstream: dict[str, Any] = {"base_url": f"{server.url}/v1", "api_key": key}
-        raw: dict[str, Any] = {"upstreams": {"main": upstream}}
+        upstream: dict[str, Any] = {"base_url": f"{server.url}/v1", "api_key": key, **options}
+        raw: dict[str, Any] = {"upstreams": {"main": upstream}, "identity": identity or {}}
         if proxy_keys:
             raw["auth"] = {"keys": [{"key": "sk-proxy-0123456789abcdef", "tenant": "t"}]}
         upstreams = Upstreams(parse_config(raw, env={}))
@@ -76,7 +78,6 @@ async def test_a_post_carries_the_end_to_end_headers_then_the_upstream_key_and_i
         b"POST /v1/chat/completions?a=1&b=%20x HTTP/1.1\r\n"
         b"Host: UPSTREAM\r\n"
         b"content-type: application/json\r\n"
-        b"x-agent-role: worker\r\n"
         b"x-tag: one\r\n"
         b"x-tag: two\r\n"
         b"x-latin: caf\xe9\r\n"
@@ -87,6 +88,36 @@ async def test_a_post_carries_the_end_to_end_headers_then_the_upstream_key_and_i
         b"\r\n"
         b'{"model":"m","x":1}'
     )
+
+
+IDENTITY_HEADERS = [
+    ("X-Agent-Role", "worker"),
+    ("x-agent-name", "coder#1"),
+    ("X-AGENT-PHASE", "plan"),
+    ("x-team-role", "reviewer"),
+    ("x-tag", "kept"),
+]
+
+
+async def test_identity_headers_stay_at_the_proxy() -> None:
+    head = await sent("POST", "/chat/completions", b"{}", headers=IDENTITY_HEADERS)
+    assert b"x-agent" not in head.lower()
+    assert b"x-team-role: reviewer\r\nx-tag: kept\r\n" in head  # not an identity header here
+
+
+async def test_configured_identity_header_names_stay_at_the_proxy() -> None:
+    identity = {"role_header": "X-Team-Role"}
+    head = await sent("POST", "/chat/completions", b"{}", headers=IDENTITY_HEADERS, identity=identity)
+    assert b"x-team-role" not in head and b"x-agent-name" not in head and b"x-agent-phase" not in head
+    assert b"\r\nx-agent-role: worker\r\nx-tag: kept\r\n" in head  # no longer an identity header
+
+
+async def test_an_upstream_that_asks_for_the_identity_headers_gets_them() -> None:
+    head = await sent("POST", "/chat/completions", b"{}", headers=IDENTITY_HEADERS, forward_identity=True)
+    assert (
+        b"x-agent-role: worker\r\nx-agent-name: coder#1\r\nx-agent-phase: plan\r\n"
+        b"x-team-role: reviewer\r\nx-tag: kept\r\n"
+    ) in head
 
 
 async def test_without_an_upstream_key_the_client_authorization_is_forwarded() -> None:

@@ -46,6 +46,13 @@ class UpstreamConfig(StrictModel):
     """Retries of connect errors and 429/502/503 answers before any byte reached the client."""
     pricing: PricingConfig | None = None
     """Prompt-cache prices (``openai``, ``anthropic`` or the numbers); none: by ``cache_control``."""
+    status_retries: Literal["auto", "client", "proxy"] = "auto"
+    """Who retries a 429/502/503 answer: ``proxy`` (up to ``retries``), ``client`` (passed back at
+    once, ``Retry-After`` included) or ``auto``: ``client`` when the request says its SDK retries
+    (``x-stainless-retry-count``, sent by the OpenAI and Anthropic SDKs), else ``proxy``. Connect
+    errors are always retried and fallbacks always tried."""
+    forward_identity: bool = False
+    """Send the identity headers (``identity.*_header``) on to this upstream; by default they stay here."""
 
     @field_validator("base_url")
     @classmethod

@@ -216,6 +216,13 @@ class Metrics:
             ["upstream", "outcome"],
             registry=self.registry,
         )
+        self.upstream_broken = Counter(
+            "history_proxy_upstream_broken",
+            "Upstream answers that broke off after the client's answer started (SSE: an in-band error "
+            "event; other bodies: the client's connection dropped without the answer's end).",
+            ["upstream"],
+            registry=self.registry,
+        )
         self.streams_in_flight = Gauge(
             "history_proxy_streams_in_flight",
             "Upstream answers to stream: true requests being relayed right now.",
@@ -233,6 +240,8 @@ class Metrics:
         """Per-filter tokens and time, shadow runs, upstream timings and the end of a stream."""
         if exchange.streaming:
             self.streams_in_flight.dec()
+        if exchange.broken:
+            self.upstream_broken.labels(upstream).inc()
         if (seconds := exchange.upstream_ms()) is not None:
             self._upstream_seconds(upstream).observe(seconds / 1000)
         if (seconds := exchange.first_byte_ms()) is not None:

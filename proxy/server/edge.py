@@ -94,7 +94,11 @@ class Whole:
 class Relay:
     """An upstream body relayed piece by piece, closed and recorded however the answer ends.
 
-    No ``Content-Length``: the server sends it chunked. A client leaving mid-stream is noticed by
+    No ``Content-Length``: the server sends it chunked. A body that broke off upstream (other than
+    SSE, which ends with an in-band error event) gets no final chunk: the app returns without
+    completing the answer, the server closes the connection (uvicorn logs "ASGI callable returned
+    without completing response"), and the client sees a truncated answer, as behind nginx or Envoy,
+    never a short body passed off as complete. A client leaving mid-stream is noticed by
     :class:`~proxy.server.guard.ClientWatch`, which cancels the relay (or, with a server speaking ASGI
     2.4, by ``send`` failing: a ``ClientDisconnect``, as Starlette's ``StreamingResponse`` raises).
     """
@@ -113,6 +117,8 @@ class Relay:
             await send({"type": "http.response.start", "status": self.status, "headers": self.headers})
             async for chunk in chunks:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            if self._reply.cut_off:
+                return  # no proper end: the server drops the connection, and the client sees a cut answer
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except OSError:
             if _spec_version(scope) < (2, 4):

@@ -4,14 +4,20 @@ What a client sees for each outcome of :meth:`Upstreams.open` and :meth:`Upstrea
 
     connect error / connect timeout           retried with backoff, then the route's fallbacks, then
                                               502 UpstreamUnavailableError / 504 UpstreamTimeoutError
-    429, 502, 503 before any byte was sent    retried (Retry-After honoured up to a cap), then fallbacks,
-                                              then the last answer passed through
+    429, 502, 503 before any byte was sent    retried (Retry-After honoured up to a cap) when the
+                                              upstream's ``status_retries`` says the proxy retries, then
+                                              fallbacks, then the last answer passed through (with its
+                                              Retry-After); with ``client`` (or ``auto`` and an SDK that
+                                              says it retries) not retried here: fallbacks, then passed back
     read timeout before the headers           504 UpstreamTimeoutError (not retried: the upstream may
                                               already be working on it)
-    reset / protocol error before headers     502 UpstreamUnavailableError (not retried, same reason)
+    reset / protocol error before headers     502 UpstreamUnavailableError (not retried, same reason: a
+                                              request is never sent twice once written)
     any other answer                          passed through: status, end-to-end headers, raw bytes
+    a status outside 100-599, a 101           502 UpstreamUnavailableError (the transport refuses them)
     failure after the first byte              SSE: in-band ``data: {"error": ...}`` then ``data: [DONE]``;
-                                              other bodies just end
+                                              other bodies: the client's connection is dropped without
+                                              the answer's end (``UpstreamReply.cut_off``)
 
 This module and :mod:`proxy.upstream.pools` (the connections) import httpx; ``app.py`` turns an
 :class:`UpstreamReply` into a response; the built-in mock runs in :mod:`proxy.devtools.mock_server`.
@@ -40,14 +46,17 @@ from proxy.errors import InvalidRequestError, ProxyError, UpstreamUnavailableErr
 from proxy.upstream.headers import (
     upstream_authorization,
     wire_request_headers,
+    withheld_headers,
 )
 from proxy.upstream.pools import ClientPool
 from proxy.upstream.reply import UpstreamReply, transport_error
-from proxy.upstream.transport import Address, Timeouts
+from proxy.upstream.transport import Address, Timeouts, TLSVerificationError
 
 log = logging.getLogger("history_proxy.upstream")
 
 RETRY_STATUSES = frozenset({429, 502, 503})
+SDK_RETRY_HEADER = "x-stainless-retry-count"
+"""Sent by the OpenAI and Anthropic SDKs, which retry 429 and 5xx answers themselves."""
 PARSED_URLS = 1024
 _DOT_SEGMENT = re.compile(r"(?:^|/)\.\.?(?:/|$)")
 SUMMARY_PURPOSE = "summary"
@@ -56,6 +65,13 @@ SUMMARY_PURPOSE = "summary"
 Body = bytes | Callable[[str], Awaitable[bytes]] | AsyncIterable[bytes] | None
 """What to send: fixed bytes, bytes built per upstream (a fallback may need other cache marks),
 a one-shot stream (never retried), or nothing."""
+
+
+def _client_retries(setting: str, headers: Sequence[tuple[str, str]]) -> bool:
+    """Whether a 429/502/503 is left to the client: ``client``, or ``auto`` and an SDK that retries."""
+    if setting == "auto":
+        return any(name.lower() == SDK_RETRY_HEADER for name, _ in headers)
+    return setting == "client"
 
 
 def retry_after_s(headers: httpx.Headers) -> float | None:
@@ -166,6 +182,7 @@ class Upstreams:
                 Timeouts(limits.connect_timeout_s, limits.read_timeout_s, limits.read_timeout_s),
                 {name: None if upstream.is_mock else upstream.base_url for name, upstream in upstreams},
                 {name: upstream_authorization(upstream) for name, upstream in upstreams},
+                {name: withheld_headers(upstream, self.config.identity) for name, upstream in upstreams},
             )
         return prepared
 
@@ -196,7 +213,10 @@ class Upstreams:
             tries = upstream.retries + 1 if replayable else 1
             content = await body(name) if callable(body) else body
             outgoing = wire_request_headers(
-                headers, prepared.authorizations[name], client_auth_is_proxy_key=proxy_keys
+                headers,
+                prepared.authorizations[name],
+                client_auth_is_proxy_key=proxy_keys,
+                withheld=prepared.withheld[name],
             )
             for attempt in range(tries):
                 address = self._address(name, path, query)
@@ -208,16 +228,27 @@ class Upstreams:
                     # nothing reached the upstream: safe to try again
                     waited += time.perf_counter() - started
                     failure = transport_error(name, exc)
-                    log.info("upstream %s: %s (attempt %d)", name, type(exc).__name__, attempt + 1)
+                    level = logging.WARNING if isinstance(exc, TLSVerificationError) else logging.INFO
+                    log.log(
+                        level, "upstream %s: %s: %s (attempt %d)", name, type(exc).__name__, exc, attempt + 1
+                    )
                     delay = None if attempt == tries - 1 else self._backoff(attempt)
                 except httpx.HTTPError as exc:
                     raise transport_error(name, exc) from None
                 else:
                     waited += time.perf_counter() - started
+                    if not 100 <= answer.status_code <= 599:  # through httpx's transports (HTTP proxy, HEAD)
+                        await answer.aclose()
+                        message = (
+                            f"upstream {name!r} answered with status {answer.status_code}, outside 100-599"
+                        )
+                        raise UpstreamUnavailableError(message)
                     retryable = answer.status_code in RETRY_STATUSES
                     delay = (
                         self._retry_wait(httpx.Headers(answer.raw_headers), attempt)
-                        if retryable and attempt < tries - 1
+                        if retryable
+                        and attempt < tries - 1
+                        and not _client_retries(upstream.status_retries, headers)
                         else None
                     )
                     if not retryable or (delay is None and index == len(candidates) - 1):
@@ -253,11 +284,9 @@ class Upstreams:
         }
         # Sent straight to the upstream, never through a filter chain; the purpose header tells the
         # mock (and a history-proxy further along) that this is a summary request.
-        headers = [
-            ("content-type", "application/json"),
-            ("x-history-purpose", SUMMARY_PURPOSE),
-            ("x-agent-role", "summarizer"),
-        ]
+        headers = [("content-type", "application/json"), ("x-history-purpose", SUMMARY_PURPOSE)]
+        if target.forward_identity:
+            headers.append((self.config.identity.role_header, "summarizer"))
         if target.key is not None:
             headers.append(("authorization", f"Bearer {target.key}"))
         try:
@@ -286,6 +315,8 @@ class _Prepared:
     """Each upstream's base URL (None: the built-in mock's, known once it runs)."""
     authorizations: dict[str, tuple[bytes, bytes] | None]
     """Each upstream's own Authorization header, as sent (None: the client's may be forwarded)."""
+    withheld: dict[str, frozenset[str]]
+    """Each upstream's client headers kept at the proxy (the identity headers, unless forwarded)."""
 
 
 def _first_choice_text(answer: Any) -> str:

@@ -4,11 +4,24 @@
 head and body arrive through parser callbacks and are handed over as they arrive (raw bytes, no
 decoding), holding back reading while more than ``HIGH_WATER`` bytes wait for the client. Failures
 are raised as httpx's exception types, the transport's contract (see its module docstring).
+
+What the parser accepts is narrower than what it can read, because the answer is relayed:
+
+- a head (status line, headers, interim answers) over ``HEAD_LIMIT`` bytes or ``HEADER_COUNT_LIMIT``
+  headers, and as many bytes of framing or trailers between two pieces of body, are refused;
+- a status outside 100-599, a ``101 Switching Protocols`` (the proxy never asks to upgrade) and a
+  ``Transfer-Encoding`` other than plain ``chunked`` (the proxy would relay still-encoded bytes as if
+  they were not) are refused;
+- trailers of a chunked answer are read and dropped, never added to the answer's headers;
+- a byte arriving while no request is waiting for its answer (an upstream talking out of turn) marks
+  the connection unusable: it is closed and never handed out again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
+import select
 from collections import deque
 from typing import cast
 
@@ -17,6 +30,18 @@ import httpx
 
 HIGH_WATER = 256 * 1024
 """Bytes of an answer buffered before the connection stops reading until the client catches up."""
+HEAD_LIMIT = 64 * 1024
+"""Bytes of an answer's head (status line, headers, interim answers) accepted; also the bytes of chunk
+framing or trailers accepted between two pieces of body (Envoy allows 60 KiB of headers)."""
+HEADER_COUNT_LIMIT = 100
+"""Headers accepted in one answer's head (Envoy's default)."""
+
+
+_CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+class _Refused(Exception):
+    """Raised from a parser callback to stop reading an answer the proxy will not relay."""
 
 
 class Connection(asyncio.Protocol):
@@ -28,6 +53,11 @@ class Connection(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.closed = False
         self.idle_since = 0.0
+        self.expecting = False
+        """A request was written and its answer is not complete yet: only then may bytes arrive."""
+        self.unsolicited = False
+        """Bytes arrived while no request was waiting for them: never use this connection again."""
+        self._poll: select.poll | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -46,18 +76,44 @@ class Connection(asyncio.Protocol):
         self.write_waiter: asyncio.Future[None] | None = None
         self.writing_paused = False
         self.reading_paused = False
+        self.head_bytes = 0
+        self.header_count = 0
+        self.framing_bytes = 0  # bytes since the last piece of body: head, chunk framing, trailers
+        self.refusal: str | None = None
 
     # --- asyncio protocol --------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            self._poll = select.poll()
+            self._poll.register(sock.fileno(), select.POLLIN)
 
     def data_received(self, data: bytes) -> None:
+        if not self.expecting:
+            self.unsolicited = True  # an upstream talking out of turn: its next answer cannot be trusted
+            self.close()
+            return
+        if not self.received and data[:1] in (b"\r", b"\n"):  # the parser would skip them; h11 does not
+            self._fail(httpx.RemoteProtocolError("the upstream sent an empty line before its status line"))
+            self.close()
+            return
         self.received = True
+        self.framing_bytes += len(data)
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            self._fail(httpx.RemoteProtocolError(f"malformed answer from the upstream ({exc})"))
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+            if self.unsolicited:  # bytes past the end of the answer: it is complete, the connection is not
+                self.close()
+                return
+            reason = self.refusal or f"malformed answer from the upstream ({exc})"
+            self._fail(httpx.RemoteProtocolError(reason))
+            self.close()
+            return
+        if not self.complete and self.framing_bytes > HEAD_LIMIT:
+            where = "answer head" if not self.head_done else "chunk framing or trailers"
+            self._fail(httpx.RemoteProtocolError(f"the upstream's {where} exceeds {HEAD_LIMIT} bytes"))
             self.close()
             return
         if self.buffered > HIGH_WATER and not self.reading_paused and self.transport is not None:
@@ -84,23 +140,60 @@ class Connection(asyncio.Protocol):
 
     # --- httptools callbacks -----------------------------------------------------------------
 
+    def _refuse(self, reason: str) -> None:
+        self.refusal = reason
+        raise _Refused(reason)
+
+    def on_message_begin(self) -> None:
+        if not self.expecting:
+            self.unsolicited = True
+            raise _Refused("bytes after the end of the answer")
+
     def on_status(self, reason: bytes) -> None:
         self.reason += reason
+        self.head_bytes += len(reason)
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name, value))
+        if self.head_done:
+            return  # a trailer of a chunked answer: dropped, never merged into the headers
+        self.head_bytes += len(name) + len(value) + 4
+        self.header_count += 1
+        if self.header_count > HEADER_COUNT_LIMIT:
+            self._refuse(f"the upstream's answer has more than {HEADER_COUNT_LIMIT} headers")
+        # whitespace around a value is not part of it (RFC 9110 5.5); the parser keeps what trails
+        self.headers.append((name, value.rstrip(b" \t")))
 
     def on_headers_complete(self) -> None:
         self.status = self.parser.get_status_code()
-        if 100 <= self.status < 200:
-            return  # an interim answer (100 Continue): the real one follows
-        framed = any(name.lower() in (b"content-length", b"transfer-encoding") for name, _ in self.headers)
+        if self.head_bytes > HEAD_LIMIT:
+            self._refuse(f"the upstream's answer head exceeds {HEAD_LIMIT} bytes")
+        if _CONTROL.search(self.reason):
+            self._refuse("the upstream's status line holds a control character")
+        if not 100 <= self.status <= 599:
+            self._refuse(f"the upstream answered with status {self.status}, outside 100-599")
+        if self.status == 101:
+            self._refuse("the upstream switched protocols (101), which the proxy never asks for")
+        if self.status < 200:
+            return  # an interim answer (100 Continue, 103 Early Hints): the real one follows
+        codings: list[bytes] = []
+        framed = False
+        for name, value in self.headers:
+            lowered = name.lower()
+            if lowered == b"transfer-encoding":
+                codings += [token.strip().lower() for token in value.split(b",")]
+            framed = framed or lowered == b"content-length"
+        if codings and codings != [b"chunked"]:
+            coding = b", ".join(codings).decode("latin-1")
+            self._refuse(f"the upstream sent Transfer-Encoding: {coding}; only plain chunked is relayed")
+        self.framing_bytes = 0
+        framed = framed or bool(codings)
         self.until_close = not framed and self.status not in (204, 304)
         self.server_keeps_alive = self.parser.should_keep_alive()  # reset once the answer is complete
         self.head_done = True
         self._wake()
 
     def on_body(self, body: bytes) -> None:
+        self.framing_bytes = 0
         if not body:
             return
         self.chunks.append(body)
@@ -112,6 +205,7 @@ class Connection(asyncio.Protocol):
             self.reason, self.headers = b"", []
             return
         self.complete = True
+        self.expecting = False
         self._wake()
 
     # --- used by the transport ---------------------------------------------------------------
@@ -139,16 +233,27 @@ class Connection(asyncio.Protocol):
 
     @property
     def reusable(self) -> bool:
-        return not self.closed and self.transport is not None and not self.transport.is_closing()
+        return (
+            not self.closed
+            and not self.unsolicited
+            and self.transport is not None
+            and not self.transport.is_closing()
+        )
+
+    def readable(self) -> bool:
+        """Whether the socket holds bytes or an end not yet read: an idle connection that does is
+        closed or talking out of turn (what urllib3 checks before reusing a connection)."""
+        return self._poll is not None and bool(self._poll.poll(0))
 
     def start(self, head: bytes, body: bytes) -> None:
-        """Write a request (its head and a whole body) and get ready for its answer."""
+        """Write a request (its head and a whole body) and get ready for its answer.
+
+        Raises :class:`NotSent` when the connection is already closed: nothing was written.
+        """
         self._reset()
-        if self.closed or self.transport is None:
-            self._fail(
-                httpx.RemoteProtocolError("the upstream closed the connection before the request was sent")
-            )
-            return
+        if not self.reusable or self.transport is None:
+            raise NotSent("the upstream closed the connection before the request was sent")
+        self.expecting = True
         if len(body) < 16384:
             self.transport.write(head + body)  # one write, one segment
         else:
@@ -193,6 +298,11 @@ class Connection(asyncio.Protocol):
     @property
     def keep_alive(self) -> bool:
         return self.complete and not self.until_close and self.server_keeps_alive and self.reusable
+
+
+class NotSent(httpx.ConnectError):
+    """The connection was found closed before a byte of the request was written: safe to send elsewhere
+    (a ``ConnectError``, which the client retries, should it happen on a new connection too)."""
 
 
 async def _wait(

@@ -1,14 +1,15 @@
 """Header hygiene at the proxy's edge: which client headers go upstream and which answer headers come back.
 
 Hop-by-hop headers (the fixed list and any a ``Connection`` header names) and ``Proxy-*`` headers
-never cross the proxy; the upstream's own key replaces the client's Authorization.
+never cross the proxy; the upstream's own key replaces the client's Authorization; the caller's
+identity headers stay at the proxy unless the upstream's config asks for them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from proxy.config.models import UpstreamConfig
+from proxy.config.models import IdentityConfig, UpstreamConfig
 
 HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "te", "trailer", "trailers", "transfer-encoding", "upgrade"}
@@ -54,11 +55,22 @@ def upstream_authorization(upstream: UpstreamConfig) -> tuple[bytes, bytes] | No
     return None if key is None else (b"authorization", f"Bearer {key}".encode("latin-1", "replace"))
 
 
+def withheld_headers(upstream: UpstreamConfig, identity: IdentityConfig) -> frozenset[str]:
+    """The identity header names (lower case) not sent to ``upstream``: all, unless it has
+    ``forward_identity: true`` (they describe the caller to the proxy, not to the model's provider)."""
+    if upstream.forward_identity:
+        return frozenset()
+    return frozenset(
+        name.lower() for name in (identity.role_header, identity.agent_header, identity.phase_header)
+    )
+
+
 def wire_request_headers(
     client_headers: Sequence[tuple[str, str]],
     authorization: tuple[bytes, bytes] | None,
     *,
     client_auth_is_proxy_key: bool,
+    withheld: frozenset[str] = frozenset(),
 ) -> list[tuple[bytes, bytes]]:
     """Headers to send upstream, as latin-1 bytes (the server decoded them as latin-1), in one pass.
 
@@ -67,14 +79,15 @@ def wire_request_headers(
     ``accept-encoding: identity`` (raw bytes are relayed; identity keeps the proxy's own errors
     readable). ``authorization`` is :func:`upstream_authorization` of the upstream, computed once
     per config: the upstream's own key replaces the client's; without one the client's passes,
-    unless it carries a proxy key (``auth.keys`` configured).
+    unless it carries a proxy key (``auth.keys`` configured). ``withheld`` names (lower case) stay
+    at the proxy too: the identity headers, unless the upstream asks for them (:func:`withheld_headers`).
     """
     kept: list[tuple[str, str]] = []
     client_auth: list[str] = []
     named: set[str] | None = None
     for name, value in client_headers:
         lower = name.lower()
-        if lower in FORWARD_DROPPED or lower.startswith("proxy-"):
+        if lower in FORWARD_DROPPED or lower in withheld or lower.startswith("proxy-"):
             if lower == "connection":
                 named = (named or set()) | {token.strip().lower() for token in value.split(",")}
             elif lower == "authorization":

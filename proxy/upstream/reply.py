@@ -1,7 +1,9 @@
 """One upstream answer as the server relays it: status, end-to-end headers, whole or streamed body.
 
-A failure after the first byte of an SSE answer goes in-band (:func:`sse_error_event`); transport
-errors become the proxy's 502/504 errors (:func:`transport_error`).
+A failure after the first byte of an SSE answer goes in-band (:func:`sse_error_event`); any other
+body that breaks off is marked :attr:`UpstreamReply.broken` and the server ends the client's answer
+without its proper end, so the client can tell. Transport errors become the proxy's 502/504 errors
+(:func:`transport_error`). Bodies read whole are read under a cap (:meth:`UpstreamReply.read`).
 """
 
 from __future__ import annotations
@@ -18,11 +20,14 @@ import httpx
 from proxy.core.usage import CacheUsage, UsageTap, usage_of_json
 from proxy.errors import ProxyError, UpstreamTimeoutError, UpstreamUnavailableError
 from proxy.upstream.headers import decode_headers, response_headers
-from proxy.upstream.transport import Answer, LeanAnswer
+from proxy.upstream.transport import Answer, LeanAnswer, TLSVerificationError
 
 log = logging.getLogger("history_proxy.upstream")
 
 WHOLE_ANSWER_BYTES = 8 * 1024 * 1024
+"""A successful JSON answer declaring at most this length is read whole, then sent in one write."""
+ERROR_BODY_BYTES = 1024 * 1024
+"""Most bytes of an error answer's body read (they are read whole); a longer one is a 502."""
 
 
 def sse_error_event(error: ProxyError) -> bytes:
@@ -66,6 +71,12 @@ class UpstreamReply:
         return ", ".join([value for key, value in self._decoded if key == name])
 
     @property
+    def cut_off(self) -> bool:
+        """The body broke off and no in-band event says so (not SSE): the client's answer must not
+        end properly, or a truncated body would pass for a whole one."""
+        return self.broken and not self.is_sse
+
+    @property
     def is_sse(self) -> bool:
         return self._header("content-type").startswith("text/event-stream")
 
@@ -84,15 +95,27 @@ class UpstreamReply:
         return response_headers(self._decoded)
 
     async def read(self) -> bytes:
-        """The whole raw body (error and non-streamed answers, passed through verbatim); read once, kept."""
+        """The whole raw body (error and non-streamed answers, passed through verbatim); read once, kept.
+
+        At most ``WHOLE_ANSWER_BYTES`` (``ERROR_BODY_BYTES`` for an error answer): a longer body is
+        a 502 naming the cap, and the upstream connection is closed instead of read to its end.
+        """
         if self._body is not None:
             return self._body
+        limit = WHOLE_ANSWER_BYTES if self.ok else ERROR_BODY_BYTES
         pieces: list[bytes] = []
+        size = 0
         answer = self.response
         try:
+            declared = self._header("content-length")
+            if declared.isdigit() and int(declared) > limit:
+                raise self._too_long(limit)
             while (piece := await answer.next_piece()) is not None:
                 if self.first_byte_at is None:
                     self.first_byte_at = time.perf_counter()
+                size += len(piece)
+                if size > limit:
+                    raise self._too_long(limit)
                 pieces.append(piece)
             self.complete = True
             body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
@@ -104,6 +127,15 @@ class UpstreamReply:
             raise transport_error(self.upstream, exc) from None
         finally:
             await self.aclose()
+
+    def _too_long(self, limit: int) -> ProxyError:
+        log.warning(
+            "upstream %s answered %d with a body over %d bytes", self.upstream, self.status_code, limit
+        )
+        return UpstreamUnavailableError(
+            f"upstream {self.upstream!r} answered {self.status_code} with a body over {limit} bytes, "
+            "which the proxy does not relay"
+        )
 
     async def stream(self) -> AsyncIterator[bytes]:
         """The raw body as it arrives; a failure after the first byte ends it as the docstring above says."""
@@ -122,9 +154,15 @@ class UpstreamReply:
         except httpx.HTTPError as exc:
             self.broken = True
             error = transport_error(self.upstream, exc, mid_stream=True)
-            log.warning("upstream %s broke off mid-stream: %s", self.upstream, error.message)
             if self.is_sse:
+                log.warning("upstream %s broke off mid-stream: %s", self.upstream, error.message)
                 yield sse_error_event(error)
+            else:
+                log.warning(
+                    "upstream %s broke off mid-answer: %s; the client's connection is dropped",
+                    self.upstream,
+                    error.message,
+                )
         finally:
             await self.aclose()
 
@@ -138,12 +176,15 @@ class UpstreamReply:
 
 
 def transport_error(upstream: str, exc: httpx.HTTPError, *, mid_stream: bool = False) -> ProxyError:
+    """The proxy's 502/504 for a transport failure (the reason kept for protocol and TLS errors)."""
     when = " mid-stream" if mid_stream else ""
     if isinstance(exc, httpx.TimeoutException):
         return UpstreamTimeoutError(
             f"upstream {upstream!r} timed out{when} ({type(exc).__name__}); "
             "raise limits.read_timeout_s / limits.connect_timeout_s if it is only slow"
         )
+    if isinstance(exc, httpx.RemoteProtocolError | TLSVerificationError):
+        return UpstreamUnavailableError(f"upstream {upstream!r} failed{when}: {exc}")
     return UpstreamUnavailableError(
         f"upstream {upstream!r} is unreachable or reset the connection{when} ({type(exc).__name__})"
     )

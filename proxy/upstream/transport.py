@@ -10,16 +10,19 @@ request), and httpx's ``handle_async_request`` for the shared ``httpx.AsyncClien
 Both keep httpx's contract, so everything above (retries, fallbacks, error mapping; respx in tests)
 is unchanged:
 
-    refused / unreachable / TLS failure      httpx.ConnectError      (httpx.ConnectTimeout on time)
+    refused / unreachable / TLS failure      httpx.ConnectError      (httpx.ConnectTimeout on time;
+                                             TLSVerificationError, naming the reason, for a certificate)
     no answer within the read timeout        httpx.ReadTimeout       (before the head, or between pieces)
     closed before a complete answer          httpx.RemoteProtocolError
     a malformed answer                       httpx.RemoteProtocolError
     a header holding CR, LF or NUL           httpx.LocalProtocolError (nothing is sent)
 
-A request on a reused connection that the upstream closed before answering a byte (an idle
-keep-alive connection closed at the same moment) is sent again once on a new connection, as
-browsers and urllib3 do: the upstream never read it. ``HEAD`` requests (whose answers announce a
-body they do not carry) go to httpx's own transport.
+A request is never sent twice. An idle connection is checked before a request is written on it
+(closed, or holding bytes nobody asked for: it is dropped and another one taken, as urllib3 does);
+once a byte of the request was written, a connection closing before the answer is a
+``RemoteProtocolError``, even on a reused connection: the upstream may have read the request and
+started on it (a chat completion costs money and may have side effects). ``HEAD`` requests (whose
+answers announce a body they do not carry) go to httpx's own transport.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from typing import NamedTuple, Protocol
 
 import httpx
 
-from proxy.upstream.connection import Connection
+from proxy.upstream.connection import Connection, NotSent
 
 IDLE_PER_ORIGIN = 256
 """Idle keep-alive connections kept per upstream origin; more are closed when they fall idle."""
@@ -43,6 +46,10 @@ BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 Origin = tuple[str, str, int]
 Content = bytes | AsyncIterable[bytes] | None
 """A request body: whole bytes (sent with its length), a stream (sent chunked, never resent) or none."""
+
+
+class TLSVerificationError(httpx.ConnectError):
+    """The upstream's TLS certificate was not accepted; the message says why."""
 
 
 class Timeouts(NamedTuple):
@@ -249,20 +256,17 @@ class LeanTransport(httpx.AsyncBaseTransport):
         chunked: bool = False,
     ) -> Connection:
         """Send ``head`` and ``body`` (or ``stream``) on a pooled connection; the connection once the
-        answer's head arrived (retried once on a fresh one when a kept connection was found closed)."""
-        connection, reused = await self._acquire(origin, timeouts.connect)
+        answer's head arrived. Only a connection found closed before anything was written on it is
+        replaced (once); nothing written is ever written again."""
+        connection = await self._acquire(origin, timeouts.connect)
         try:
             try:
                 await self._send(connection, head, body, stream, chunked, timeouts.write)
-                await connection.head(timeouts.read)
-            except httpx.RemoteProtocolError:
-                if not (reused and stream is None and not connection.received):
-                    raise
-                connection.close()  # an idle connection closed just as we used it: try once on a new one
+            except NotSent:
                 self._busy.discard(connection)
-                connection, _ = await self._acquire(origin, timeouts.connect, fresh=True)
+                connection = await self._acquire(origin, timeouts.connect, fresh=True)
                 await self._send(connection, head, body, stream, chunked, timeouts.write)
-                await connection.head(timeouts.read)
+            await connection.head(timeouts.read)
         except BaseException:
             connection.close()
             self._busy.discard(connection)
@@ -288,20 +292,24 @@ class LeanTransport(httpx.AsyncBaseTransport):
         if chunked:
             await connection.write_more(b"0\r\n\r\n", write_timeout)
 
-    async def _acquire(
-        self, origin: Origin, timeout: float | None, *, fresh: bool = False
-    ) -> tuple[Connection, bool]:
+    async def _acquire(self, origin: Origin, timeout: float | None, *, fresh: bool = False) -> Connection:
+        """An idle connection still open, within its keep-alive and silent since its last answer, or a
+        new one. The check and the write that follows happen without a wait between them."""
         idle = self._idle.get(origin)
         now = time.monotonic()
         while idle and not fresh:
             connection = idle.pop()
-            if connection.reusable and now - connection.idle_since < self._keepalive_s:
+            if (
+                connection.reusable
+                and now - connection.idle_since < self._keepalive_s
+                and not connection.readable()
+            ):
                 self._busy.add(connection)
-                return connection, True
+                return connection
             connection.close()
         connection = await self._connect(origin, timeout)
         self._busy.add(connection)
-        return connection, False
+        return connection
 
     async def _connect(self, origin: Origin, timeout: float | None) -> Connection:
         scheme, host, port = origin
@@ -318,6 +326,9 @@ class LeanTransport(httpx.AsyncBaseTransport):
                 )
         except TimeoutError:
             raise httpx.ConnectTimeout(f"no connection to {host}:{port} within {timeout:g} s") from None
+        except ssl.SSLCertVerificationError as exc:
+            reason = exc.verify_message or exc.reason or str(exc)
+            raise TLSVerificationError(f"TLS certificate of {host}:{port} not accepted: {reason}") from None
         except (OSError, ssl.SSLError) as exc:
             raise httpx.ConnectError(f"cannot connect to {host}:{port}: {exc}") from None
         return protocol
