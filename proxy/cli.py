@@ -19,16 +19,15 @@ from typing import TYPE_CHECKING, Any
 
 from proxy import __version__
 from proxy.config.loading import ConfigError, json_schema, load_config, summary
-from proxy.config.models import DEFAULT_CONFIG_PATH, Config
+from proxy.config.models import CONFIG_ENV, DEFAULT_CONFIG_PATH, Config
 from proxy.core.identity import Identity
+from proxy.observability.logs import LOG_FORMATS
 
 if TYPE_CHECKING:
     from proxy.core.cost import Pricing
 
-CONFIG_ENV = "HISTORY_PROXY_CONFIG"
 APP_FACTORY = "proxy.server.app:app_from_env"
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
-LOG_FORMATS = ("json", "text")
 
 
 class CommandError(Exception):

@@ -1,10 +1,11 @@
-"""Errors the proxy itself answers with, rendered in OpenAI's error shape.
+"""Errors the proxy itself answers with, and :func:`render_error`: the one place they get a shape.
 
     ProxyError                      500 server_error
     ├── InvalidRequestError         400 invalid_request_error
     ├── AuthError                   401 authentication_error
     ├── ForbiddenError              403 permission_error
     ├── NotFoundError               404 not_found_error
+    ├── MethodNotAllowedError       405 invalid_request_error (carries Allow)
     ├── PayloadTooLargeError        413 invalid_request_error
     ├── OverloadedError             429 rate_limit_error (carries Retry-After)
     ├── FilterError                 500 filter_failed (names the filter and its place in the chain)
@@ -12,11 +13,21 @@
     └── UpstreamTimeoutError        504 upstream_timeout
 
 Upstream errors are never wrapped: their status and body pass through verbatim.
+
+Each API surface answers errors in its own shape: :data:`ERROR_SHAPES` maps a surface name to its
+renderer (``openai`` today); a new surface adds one entry and passes its name to
+:func:`render_error`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+
+import orjson
+
+OPENAI = "openai"
+"""The OpenAI API surface (``/v1/chat/completions`` and everything forwarded under ``/v1/``)."""
 
 
 class ProxyError(Exception):
@@ -33,9 +44,9 @@ class ProxyError(Exception):
         if code is not None:
             self.code = code
 
-    def body(self) -> dict[str, Any]:
-        """The OpenAI-shaped error body."""
-        return error_body(self.message, self.error_type, param=self.param, code=self.code)
+    def body(self, surface: str = OPENAI) -> dict[str, Any]:
+        """The error body in ``surface``'s shape (see :func:`render_error`)."""
+        return ERROR_SHAPES[surface](self)
 
     def headers(self) -> dict[str, str]:
         """Extra response headers (none by default)."""
@@ -63,6 +74,19 @@ class NotFoundError(ProxyError):
     status_code = 404
     error_type = "not_found_error"
     code = "unknown_url"
+
+
+class MethodNotAllowedError(ProxyError):
+    status_code = 405
+    error_type = "invalid_request_error"
+    code = "method_not_allowed"
+
+    def __init__(self, message: str, *, allow: str | None = None) -> None:
+        super().__init__(message)
+        self.allow = allow
+
+    def headers(self) -> dict[str, str]:
+        return {"allow": self.allow} if self.allow else {}
 
 
 class PayloadTooLargeError(ProxyError):
@@ -107,8 +131,18 @@ class UpstreamTimeoutError(ProxyError):
     code = "upstream_timeout"
 
 
-def error_body(
-    message: str, error_type: str, *, param: str | None = None, code: str | None = None
-) -> dict[str, Any]:
+def openai_error(exc: ProxyError) -> dict[str, Any]:
     """``{"error": {"message", "type", "param", "code"}}`` as OpenAI answers errors."""
-    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+    return {"error": {"message": exc.message, "type": exc.error_type, "param": exc.param, "code": exc.code}}
+
+
+ErrorShape = Callable[[ProxyError], dict[str, Any]]
+"""Renders one error as a surface's JSON error body."""
+
+ERROR_SHAPES: dict[str, ErrorShape] = {OPENAI: openai_error}
+"""Error shape per API surface; a surface registers its own renderer here."""
+
+
+def render_error(exc: ProxyError, surface: str = OPENAI) -> bytes:
+    """``exc`` as the JSON error body ``surface``'s clients expect (compact UTF-8)."""
+    return orjson.dumps(exc.body(surface))

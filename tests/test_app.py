@@ -348,6 +348,15 @@ async def test_unknown_routes_are_404_in_openai_shape() -> None:
     assert "/v1/" in error_of(response)["message"]
 
 
+async def test_a_method_a_route_does_not_take_is_405_in_openai_shape_with_allow() -> None:
+    async with serve(make_config()) as client:
+        response = await client.post("/metrics", headers={"x-request-id": "r-405"})
+    assert (response.status_code, error_of(response)["code"]) == (405, "method_not_allowed")
+    assert set(response.headers["allow"].split(", ")) == {"GET", "HEAD"}
+    assert response.headers["x-request-id"] == "r-405"
+    assert response.headers["content-type"] == "application/json"
+
+
 async def test_a_body_over_the_limit_is_413_whether_declared_or_streamed(mocked: respx.MockRouter) -> None:
     route = mocked.route(host="upstream.test")
     big = json.dumps(chat(user("x" * 5000))).encode()
@@ -401,7 +410,7 @@ async def test_a_bug_in_the_proxy_is_a_plain_500_without_traceback(
     async def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("unexpected state")
 
-    app.state.proxy.pipeline.run = broken
+    app.state.proxy.states.latest.pipeline.run = broken
     transport = httpx.ASGITransport(app=app)
     async with (
         app.router.lifespan_context(app),
@@ -612,7 +621,7 @@ def test_the_factory_reads_the_config_path_from_the_environment(
     path.write_text("upstreams:\n  only-one: {base_url: 'https://example.test/v1'}\n", encoding="utf-8")
     monkeypatch.setenv("HISTORY_PROXY_CONFIG", str(path))
     app = app_from_env()
-    assert list(app.state.proxy.config.upstreams) == ["only-one"]
+    assert list(app.state.proxy.states.latest.config.upstreams) == ["only-one"]
 
 
 def test_the_factory_refuses_a_bad_config_with_located_errors(

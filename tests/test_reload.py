@@ -108,7 +108,7 @@ async def test_admin_reload_swaps_in_the_edited_file(mocked: respx.MockRouter, t
     write(path, config_doc())
     async with serve(path) as (client, proxy):
         assert await filters_now(client) == "passthrough"
-        tokens, pool = proxy.pipeline.tokens, proxy.upstreams._pool
+        tokens, pool = proxy.states.latest.pipeline.tokens, proxy.states.latest.upstreams._pool
         write(path, config_doc(worker=TRUNCATING))
         answer = await client.post("/admin/reload", headers=ADMIN)
 
@@ -116,7 +116,9 @@ async def test_admin_reload_swaps_in_the_edited_file(mocked: respx.MockRouter, t
         assert answer.json()["status"] == "reloaded" and answer.json()["generation"] == 1
         assert "1 upstream(s)" in answer.json()["config"]
         assert await filters_now(client) == "tool_result_truncation"
-        assert proxy.pipeline.tokens is tokens and proxy.upstreams._pool is pool  # shared, not rebuilt
+        assert (
+            proxy.states.latest.pipeline.tokens is tokens and proxy.states.latest.upstreams._pool is pool
+        )  # shared, not rebuilt
 
 
 async def test_an_invalid_file_is_refused_with_located_errors_and_the_old_config_keeps_serving(

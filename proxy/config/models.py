@@ -29,6 +29,8 @@ from proxy.filters.base import Filter
 from proxy.filters.cache_control import CacheControl
 
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parents[2] / "config" / "default.yaml"
+CONFIG_ENV = "HISTORY_PROXY_CONFIG"
+"""The environment variable naming the config file (``serve`` sets it for its workers)."""
 
 
 class UpstreamConfig(StrictModel):

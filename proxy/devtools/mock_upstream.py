@@ -34,11 +34,12 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from proxy.core.messages import Message, call_name, text_of, tool_calls
-from proxy.errors import error_body
+from proxy.errors import ProxyError
 
 MOCK_MODELS = ("gpt-4o-mini", "gpt-4o", "gpt-4.1-mini", "claude-sonnet-4-5")
-ROLE_ORDER = ("system", "developer", "user", "assistant", "tool", "function")
 SUMMARY_PURPOSE = "summary"
+"""``x-history-purpose`` of the proxy's own summary requests (the mock answers them with a summary)."""
+ROLE_ORDER = ("system", "developer", "user", "assistant", "tool", "function")
 MAX_SUMMARY_BULLETS = 5
 _ERROR_TYPES = {
     400: "invalid_request_error",
@@ -55,9 +56,9 @@ _TOOL_WORD = re.compile(r"\btools?\b", re.IGNORECASE)
 def _error(status: int, message: str, *, code: str | None = None, param: str | None = None) -> JSONResponse:
     error_type = _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
     headers = {"retry-after": "1"} if status in (429, 503) else None
-    return JSONResponse(
-        error_body(message, error_type, param=param, code=code), status_code=status, headers=headers
-    )
+    error = ProxyError(message, param=param, code=code)
+    error.error_type = error_type
+    return JSONResponse(error.body(), status_code=status, headers=headers)
 
 
 def _message_chars(message: Message) -> int:

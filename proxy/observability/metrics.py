@@ -286,16 +286,6 @@ class Metrics:
             k.key.get_secret_value() for k in config.auth.keys
         ]
 
-    def observe_request(self, *, role: str | None, upstream: str | None, status: int) -> None:
-        """Count one answered request."""
-        self._requests(self.role_label(role), self.upstream_label(upstream), str(status)).inc()
-
-    def observe_tokens(self, *, role: str | None, before: int, after: int) -> None:
-        """Record one chat completion's prompt tokens before and after its chain."""
-        label = self.role_label(role)
-        self._tokens_before(label).observe(before)
-        self._tokens_after(label).observe(after)
-
     def observe_filter_failure(self, filter_type: str) -> None:
         self._filter_failures(self.filter_label(filter_type)).inc()
 

@@ -29,41 +29,33 @@ from starlette.routing import Route
 from starlette.types import Scope
 
 from proxy.config.loading import ConfigError, load_config, summary
-from proxy.config.models import Config
+from proxy.config.models import CONFIG_ENV, Config
 from proxy.core.identity import Identity
 from proxy.core.tokens import TokenCounters
-from proxy.errors import FilterError, NotFoundError, ProxyError, error_body
+from proxy.errors import FilterError, MethodNotAllowedError, NotFoundError, ProxyError
 from proxy.observability.access import fresh_request_id
 from proxy.observability.metrics import Exchange, Metrics, request_id_for
 from proxy.pipeline.headers import history_headers
 from proxy.pipeline.run import Pipeline, PipelineResult
 from proxy.server.body import capped_stream, encode_json, has_body, model_of, parse_body, read_body
 from proxy.server.caller import resolve_identity
-from proxy.server.edge import CHAT_PATH, Answer, Call, Edge, Relay, Whole
+from proxy.server.edge import Call, Edge, Outgoing, Relay, Whole, error_answer, scope_headers
 from proxy.server.guard import CLIENT_CLOSED, RequestGuard
 from proxy.server.overflow import RETRY_HEADER, retry_if_overflow
-from proxy.server.reload import (
-    Reloader,
-    ServesState,
-    ServingState,
-    StateSwitch,
-    authorize_admin,
-    reload_on_sighup,
-)
+from proxy.server.reload import Reloader, ServingState, StateSwitch, authorize_admin, reload_on_sighup
 from proxy.summaries.cache import CachingSummarizer
 from proxy.summaries.store import summary_backend
 from proxy.upstream.client import Body, Upstreams
 from proxy.upstream.reply import UpstreamReply
 
-CONFIG_ENV = "HISTORY_PROXY_CONFIG"
 GC_YOUNG_THRESHOLD = 2000
 """Allocations between young-generation collections once serving (Python's default: 700)."""
 
 log = logging.getLogger("history_proxy")
 
 
-class _Proxy(ServesState):
-    """The app's state and handlers: one config, pipeline, upstream client and metrics registry."""
+class _Proxy:
+    """The app's handlers and what every serving state shares; each request reads its ``Call.state``."""
 
     def __init__(self, config: Config, config_path: str | None, *, settle_gc: bool = False) -> None:
         self.config_path = config_path
@@ -89,12 +81,13 @@ class _Proxy(ServesState):
 
     @asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        state = self.states.latest
         try:
-            await self.upstreams.start()
-            self.pipeline.tokens.get()  # load the default encoding now, not during the first request
+            await state.upstreams.start()
+            self.tokens.get()  # load the default encoding now, not during the first request
             log.info(
                 "history-proxy ready: %s (config %s)",
-                summary(self.config),
+                summary(state.config),
                 self.config_path or "given in code",
             )
             if self._settles_gc:
@@ -105,7 +98,7 @@ class _Proxy(ServesState):
             try:
                 await self.summaries.aclose()  # first: running summary calls use the upstream client
             finally:
-                await self.upstreams.stop()
+                await self.states.latest.upstreams.stop()
 
     # --- bookkeeping -------------------------------------------------------------------------
 
@@ -115,7 +108,7 @@ class _Proxy(ServesState):
         return exchange
 
     def identify(self, call: Call, exchange: Exchange) -> Identity:
-        exchange.identity = resolve_identity(self.config, call.headers)
+        exchange.identity = resolve_identity(call.state.config, call.headers)
         return exchange.identity
 
     def finish(self, exchange: Exchange, status: int | None = None) -> None:
@@ -124,11 +117,8 @@ class _Proxy(ServesState):
 
     # --- routes ------------------------------------------------------------------------------
 
-    async def chat_route(self, request: Request) -> Answer:
-        """``POST /v1/chat/completions`` when Starlette routes it (under a root path)."""
-        return await self.chat_completions(Call.of(request))
-
-    async def chat_completions(self, call: Call) -> Answer:
+    async def chat_completions(self, call: Call) -> Outgoing:
+        """``POST /v1/chat/completions``: filtered, forwarded (the edge calls it, never the router)."""
         exchange = self.begin(call)
         identity = self.identify(call, exchange)
         names, forwarded, result = await self._shaped(call, exchange, identity)
@@ -138,8 +128,8 @@ class _Proxy(ServesState):
             reply,
             forwarded,
             lambda fitted: self._open(call, exchange, "/chat/completions", [reply.upstream], fitted),
-            config=self.config,
-            tokens=self.pipeline.tokens,
+            config=call.state.config,
+            tokens=self.tokens,
             metrics=self.metrics,
             exchange=exchange,
         )
@@ -156,22 +146,23 @@ class _Proxy(ServesState):
         freed before the upstream is reached (in a burst, thousands of requests wait there at
         once), unless a fallback upstream places other cache marks and needs the chain run again.
         """
-        body = parse_body(await read_body(call.headers, call.stream(), self.config.limits.max_body_bytes))
-        names = self._route(body, exchange)
+        config, pipeline = call.state.config, call.state.pipeline
+        body = parse_body(await read_body(call.headers, call.stream(), config.limits.max_body_bytes))
+        names = self._route(config, body, exchange)
         exchange.stream = body.get("stream") is True
-        if self.config.log_bodies:
+        if config.log_bodies:
             exchange.body = body
-        result = await self.pipeline.run(body, identity, names[0])
+        result = await pipeline.run(body, identity, names[0])
         content = encode_json(result.body)
         kept = exchange.result = result.without_messages()
-        marks = self.config.upstreams[names[0]].cache_control
-        if all(self.config.upstreams[name].cache_control == marks for name in names[1:]):
+        marks = config.upstreams[names[0]].cache_control
+        if all(config.upstreams[name].cache_control == marks for name in names[1:]):
             return names, content, kept
 
         async def body_for(name: str) -> bytes:
-            if self.config.upstreams[name].cache_control == marks:
+            if config.upstreams[name].cache_control == marks:
                 return content
-            return encode_json((await self.pipeline.run(body, identity, name)).body)  # other cache marks
+            return encode_json((await pipeline.run(body, identity, name)).body)  # other cache marks
 
         return names, body_for, kept
 
@@ -179,10 +170,11 @@ class _Proxy(ServesState):
         call = Call.of(request)
         exchange = self.begin(call)
         identity = self.identify(call, exchange)
-        body = parse_body(await read_body(call.headers, call.stream(), self.config.limits.max_body_bytes))
-        names = self._route(body, exchange)
+        config = call.state.config
+        body = parse_body(await read_body(call.headers, call.stream(), config.limits.max_body_bytes))
+        names = self._route(config, body, exchange)
         exchange.upstream = None  # nothing is forwarded
-        result = exchange.result = await self.pipeline.run(body, identity, names[0])
+        result = exchange.result = await call.state.pipeline.run(body, identity, names[0])
         headers = {**history_headers(result, identity.role), "x-request-id": exchange.request_id}
         content = encode_json(
             {"body": result.body, "report": result.report}
@@ -191,11 +183,11 @@ class _Proxy(ServesState):
         self.finish(exchange, 200)
         return response
 
-    async def forward(self, request: Request) -> Answer:
+    async def forward(self, request: Request) -> Outgoing:
         call = Call.of(request)
         exchange = self.begin(call)
         self.identify(call, exchange)
-        limit = self.config.limits.max_body_bytes
+        limit = call.state.config.limits.max_body_bytes
         body: Body = None
         model = ""
         if has_body(call.headers):
@@ -204,7 +196,7 @@ class _Proxy(ServesState):
                 model = model_of(body)
             else:  # uploads go through unread, to the default upstream
                 body = capped_stream(call.headers, call.stream(), limit)
-        names = self._route({"model": model}, exchange)
+        names = self._route(call.state.config, {"model": model}, exchange)
         raw_path = call.scope.get("raw_path") or call.path.encode()
         reply = await self._open(call, exchange, raw_path.decode("latin-1").removeprefix("/v1"), names, body)
         return await self._respond(reply, exchange, {})
@@ -213,7 +205,7 @@ class _Proxy(ServesState):
         """Re-read the config file (admin tenants only); a bad file is a 400 and changes nothing."""
         call = Call.of(request)
         exchange = self.begin(call)
-        exchange.identity = Identity(role="admin", tenant=authorize_admin(self.config, call.headers))
+        exchange.identity = Identity(role="admin", tenant=authorize_admin(call.state.config, call.headers))
         answer = await self.reloader.answer()
         self.finish(exchange, 200)
         return JSONResponse(answer, headers={"x-request-id": exchange.request_id})
@@ -227,10 +219,10 @@ class _Proxy(ServesState):
 
     # --- forwarding --------------------------------------------------------------------------
 
-    def _route(self, body: dict[str, Any], exchange: Exchange) -> list[str]:
+    def _route(self, config: Config, body: dict[str, Any], exchange: Exchange) -> list[str]:
         model = body.get("model")
         exchange.model = model if isinstance(model, str) and model else None
-        names = self.config.route(exchange.model or "")
+        names = config.route(exchange.model or "")
         exchange.upstream = names[0]
         return names
 
@@ -238,15 +230,15 @@ class _Proxy(ServesState):
         self, call: Call, exchange: Exchange, path: str, names: list[str], body: Body
     ) -> UpstreamReply:
         exchange.upstream_started = time.perf_counter()
-        return await self.upstreams.open(
+        return await call.state.upstreams.open(
             call.method, path, query=call.query, headers=call.header_items, names=names, body=body
         )
 
-    async def _respond(self, reply: UpstreamReply, exchange: Exchange, extra: dict[str, str]) -> Answer:
+    async def _respond(self, reply: UpstreamReply, exchange: Exchange, extra: dict[str, str]) -> Outgoing:
         exchange.upstream, exchange.attempts = reply.upstream, reply.attempts
         exchange.status = reply.status_code
         waited_ms = reply.wait_ms
-        response: Answer
+        response: Outgoing
         if reply.ok and (exchange.stream or not reply.is_whole_json):
             response = Relay(reply, lambda: self._streamed(reply, exchange))
             if exchange.stream:
@@ -281,40 +273,31 @@ class _Proxy(ServesState):
 
     # --- errors ------------------------------------------------------------------------------
 
-    async def on_proxy_error(self, request: Request, exc: Exception) -> Response:
-        """Render any ``ProxyError`` in OpenAI's error shape (for the routes Starlette serves)."""
-        if not isinstance(exc, ProxyError):  # pragma: no cover - registered for ProxyError only
-            raise exc
-        return self.error_answer(Call.of(request), exc)
-
-    def error_answer(self, call: Call, exc: ProxyError) -> Response:
-        """A ``ProxyError`` in OpenAI's error shape, counted and logged once."""
-        exchange = call.exchange
-        request_id = exchange.request_id if exchange else request_id_for(call.headers)
+    def error_answer(self, scope: Scope, exc: ProxyError) -> Whole:
+        """A ``ProxyError`` from any route in its surface's error shape, counted and logged once."""
+        exchange = scope.get("state", {}).get("exchange")
+        if not isinstance(exchange, Exchange):
+            exchange = None
+        request_id = exchange.request_id if exchange else request_id_for(scope_headers(scope))
         if isinstance(exc, FilterError):
             self.metrics.observe_filter_failure(exc.filter_type)
             log.error("filter %s at %s failed (request %s)", exc.filter_type, exc.position, request_id)
         if exchange is not None:
             self.finish(exchange, exc.status_code)
-        return JSONResponse(
-            exc.body(), status_code=exc.status_code, headers={**exc.headers(), "x-request-id": request_id}
-        )
+        return error_answer(exc, request_id)
 
     async def on_http_error(self, request: Request, exc: Exception) -> Response:
-        """Starlette's own 404/405 in OpenAI's error shape."""
+        """Starlette's own 404/405 become ``ProxyError``s, answered by the edge like every other."""
         status = exc.status_code if isinstance(exc, HTTPException) else 500
         if status == 404:
-            error = NotFoundError(
+            raise NotFoundError(
                 f"no route {request.method} {request.url.path}: this proxy serves /v1/... (OpenAI API), "
                 "POST /v1/history/preview, GET /healthz and GET /metrics"
             )
-            return await self.on_proxy_error(request, error)
-        headers = dict(exc.headers or {}) if isinstance(exc, HTTPException) else {}
-        message = f"{request.method} is not allowed on {request.url.path}" if status == 405 else str(exc)
-        body = error_body(
-            message, "invalid_request_error", code="method_not_allowed" if status == 405 else None
-        )
-        return JSONResponse(body, status_code=status, headers=headers)
+        if status == 405:
+            allow = (exc.headers or {}).get("Allow") if isinstance(exc, HTTPException) else None
+            raise MethodNotAllowedError(f"{request.method} is not allowed on {request.url.path}", allow=allow)
+        raise ProxyError(str(exc))
 
     def on_unhandled(self, scope: Scope, exc: BaseException) -> str:
         """Log a bug with its traceback (never the body), count it, and return the request id."""
@@ -359,8 +342,7 @@ def create_app(config: Config, *, config_path: str | None = None, settle_gc: boo
     ``settle_gc``: tune the garbage collector once started (:func:`settle_gc`), for a served process.
     """
     proxy = _Proxy(config, config_path, settle_gc=settle_gc)
-    routes = [
-        Route(CHAT_PATH, proxy.chat_route, methods=["POST"]),
+    routes = [  # POST /v1/chat/completions never reaches the router: the edge serves it
         Route("/v1/history/preview", proxy.preview, methods=["POST"]),
         Route(
             "/v1/{path:path}",
@@ -378,7 +360,7 @@ def create_app(config: Config, *, config_path: str | None = None, settle_gc: boo
             Middleware(RequestGuard, proxy=proxy),
             Middleware(Edge, proxy=proxy),
         ],
-        exception_handlers={ProxyError: proxy.on_proxy_error, HTTPException: proxy.on_http_error},
+        exception_handlers={HTTPException: proxy.on_http_error},
     )
     app.state.proxy = proxy
     return app

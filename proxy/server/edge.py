@@ -1,25 +1,30 @@
-"""The HTTP edge inside the guard: the chat completions fast path, the last-resort 500, and answers.
+"""The HTTP edge inside the guard: the chat completions path, every error answer, and answers.
 
 :class:`Edge` wraps the app that :func:`proxy.server.app.create_app` builds, inside
-:class:`~proxy.server.guard.RequestGuard`. ``POST /v1/chat/completions`` goes from the ASGI scope straight to
-its handler as a :class:`Call`, and its answer (:class:`Whole` or :class:`Relay`) straight to
-``send``: no router, and no Starlette ``Request``, ``URL``, ``Headers`` or ``Response`` on the way.
-Every other request goes through Starlette's router; its handlers read a :class:`Call` too.
+:class:`~proxy.server.guard.RequestGuard`. ``POST /v1/chat/completions`` (under any root path) goes
+from the ASGI scope straight to its handler as a :class:`Call`, and its answer (:class:`Whole` or
+:class:`Relay`) straight to ``send``: no router, and no Starlette ``Request``, ``URL``, ``Headers``
+or ``Response`` on the way; it has no other route. Every other request goes through Starlette's
+router; its handlers read a :class:`Call` too. Every :class:`~proxy.errors.ProxyError`, whichever
+route raised it, is answered here by :func:`error_answer`, the one place an error becomes an answer.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
+from starlette._utils import get_route_path
 from starlette.datastructures import URL
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from proxy.errors import ProxyError, error_body
+from proxy.errors import OPENAI, ProxyError, render_error
 from proxy.observability.access import Exchange
 from proxy.upstream.reply import UpstreamReply
+
+if TYPE_CHECKING:
+    from proxy.server.reload import ServingState
 
 CHAT_PATH = "/v1/chat/completions"
 
@@ -27,7 +32,7 @@ CHAT_PATH = "/v1/chat/completions"
 class Call:
     """One HTTP request as the handlers read it, taken from the ASGI scope once."""
 
-    __slots__ = ("_receive", "header_items", "headers", "method", "path", "query", "scope")
+    __slots__ = ("_receive", "header_items", "headers", "method", "path", "query", "scope", "state")
 
     def __init__(self, scope: Scope, receive: Receive, path: str, query: str) -> None:
         self.scope = scope
@@ -42,6 +47,8 @@ class Call:
         """Every header as (lower-case name, value), in order, repeats kept."""
         self.headers: Mapping[str, str] = dict(reversed(self.header_items))
         """One value per lower-case name: the first one sent, as Starlette's ``Headers`` reads it."""
+        self.state: ServingState = scope["state"]["serving"]
+        """The serving state (config, pipeline, upstreams) the guard pinned for this request."""
         self._receive = receive
 
     @classmethod
@@ -136,25 +143,44 @@ def _spec_version(scope: Scope) -> tuple[int, ...]:
     return tuple(map(int, scope.get("asgi", {}).get("spec_version", "2.0").split(".")))
 
 
-Answer = Whole | Relay
+Outgoing = Whole | Relay
+"""An answer a handler returns for the edge to send."""
+
+
+def scope_headers(scope: Scope) -> Mapping[str, str]:
+    """One value per lower-case name (the first one sent, as Starlette's ``Headers`` reads it)."""
+    return {
+        name.decode("latin-1"): value.decode("latin-1") for name, value in reversed(scope.get("headers", ()))
+    }
+
+
+def error_answer(exc: ProxyError, request_id: str, surface: str = OPENAI) -> Whole:
+    """``exc`` in ``surface``'s error shape, with its own headers and the request id."""
+    answer = Whole(exc.status_code, render_error(exc, surface))
+    answer.headers += [
+        (b"content-type", b"application/json"),
+        (b"x-request-id", request_id.encode("latin-1")),
+        *((name.encode("latin-1"), value.encode("latin-1")) for name, value in exc.headers().items()),
+    ]
+    return answer
 
 
 class EdgeProxy(Protocol):
     """What the edge needs from the app's handlers."""
 
-    async def chat_completions(self, call: Call) -> Answer: ...
+    async def chat_completions(self, call: Call) -> Outgoing: ...
 
-    def error_answer(self, call: Call, exc: ProxyError) -> Response: ...
+    def error_answer(self, scope: Scope, exc: ProxyError) -> Whole: ...
 
     def on_unhandled(self, scope: Scope, exc: BaseException) -> str: ...
 
 
 class Edge:
-    """Chat completions past the router; every request under the last-resort guard.
+    """Chat completions past the router; every error answered in one place; the last-resort guard.
 
     The last resort: a bug answers a plain 500 ``server_error`` (if no answer started) and never a
-    traceback. The router's matching, Starlette's per-route wrappers and its exception middleware do
-    nothing for the chat route that :meth:`_chat` does not.
+    traceback. A ``ProxyError`` raised by any route (the router's 404/405 become ones) is answered
+    by :meth:`EdgeProxy.error_answer`.
     """
 
     def __init__(self, app: ASGIApp, proxy: EdgeProxy) -> None:
@@ -174,28 +200,26 @@ class Edge:
             await send(message)
 
         try:
-            if scope["path"] == CHAT_PATH and scope["method"] == "POST" and not scope.get("root_path"):
-                await self._chat(scope, receive, tracking_send)
-            else:
-                await self.app(scope, receive, tracking_send)
+            try:
+                if scope["method"] == "POST" and get_route_path(scope) == CHAT_PATH:
+                    await self._chat(scope, receive, tracking_send)
+                else:
+                    await self.app(scope, receive, tracking_send)
+            except ProxyError as exc:
+                if started:
+                    raise
+                await self.proxy.error_answer(scope, exc)(scope, receive, tracking_send)
         except Exception as exc:
             request_id = self.proxy.on_unhandled(scope, exc)
             if not started and not isinstance(exc, ClientDisconnect):
-                body = error_body(
-                    f"internal error in the proxy; its log has the details (request {request_id})",
-                    "server_error",
+                error = ProxyError(
+                    f"internal error in the proxy; its log has the details (request {request_id})"
                 )
-                await JSONResponse(body, status_code=500, headers={"x-request-id": request_id})(
-                    scope, receive, send
-                )
+                await error_answer(error, request_id)(scope, receive, send)
 
     async def _chat(self, scope: Scope, receive: Receive, send: Send) -> None:
         # the query string as Starlette reads it; there rarely is one, so its parser costs nothing here
         query = URL(scope=scope).query if scope.get("query_string") else ""
-        call = Call(scope, receive, CHAT_PATH, query)
-        answer: Answer | Response
-        try:
-            answer = await self.proxy.chat_completions(call)
-        except ProxyError as exc:
-            answer = self.proxy.error_answer(call, exc)
+        call = Call(scope, receive, scope["path"], query)
+        answer = await self.proxy.chat_completions(call)
         await answer(scope, receive, send)

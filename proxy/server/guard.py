@@ -2,8 +2,9 @@
 
 :class:`RequestGuard` wraps the whole app (plain ASGI, no framework) and, for each HTTP request:
 
-- pins the serving state (config, pipeline, upstreams) the request started on, so a config reload
-  while it runs never changes it half-way (see :mod:`proxy.server.reload`);
+- takes the serving state (config, pipeline, upstreams) the request starts on and puts it in the
+  scope (``state["serving"]``, read once as ``Call.state``), so a config reload while it runs never
+  changes it half-way (see :mod:`proxy.server.reload`);
 - admits it or answers ``429`` with ``Retry-After`` at once when ``limits.max_concurrent`` requests
   under ``/v1/`` are already in flight (the admin, health and metrics routes are never refused);
 - watches the connection once the request body has been read (for requests still running after
@@ -16,17 +17,17 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
-from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 import anyio
 
 from proxy.errors import OverloadedError
 from proxy.observability.metrics import Exchange, request_id_for
+from proxy.server.edge import error_answer, scope_headers
+from proxy.server.reload import StateSwitch
 
 log = logging.getLogger("history_proxy")
 
@@ -48,9 +49,7 @@ _EMPTY_BODY: Message = {"type": "http.request", "body": b"", "more_body": False}
 class GuardedProxy(Protocol):
     """What the guard needs from the app it wraps."""
 
-    def pin_state(self) -> AbstractContextManager[Any]:
-        """Hold the current serving state for this request; yields it (with ``.config``)."""
-        ...
+    states: StateSwitch
 
     def finish(self, exchange: Exchange, status: int | None = None) -> None:
         """Count and log a request once."""
@@ -155,18 +154,18 @@ class RequestGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        scope.setdefault("state", {})
-        with self.proxy.pin_state() as state:
-            limited = str(scope.get("path", "")).startswith(LIMITED_PREFIX)
-            limit = state.config.limits.max_concurrent
-            if limited and limit is not None and self.in_flight >= limit:
-                await self._refuse(scope, send, limit)
-                return
-            self.in_flight += limited
-            try:
-                await self._run(scope, receive, send)
-            finally:
-                self.in_flight -= limited
+        state = self.proxy.states.latest
+        scope.setdefault("state", {})["serving"] = state
+        limited = str(scope.get("path", "")).startswith(LIMITED_PREFIX)
+        limit = state.config.limits.max_concurrent
+        if limited and limit is not None and self.in_flight >= limit:
+            await self._refuse(scope, receive, send, limit)
+            return
+        self.in_flight += limited
+        try:
+            await self._run(scope, receive, send)
+        finally:
+            self.in_flight -= limited
 
     async def _run(self, scope: Scope, receive: Receive, send: Send) -> None:
         with anyio.CancelScope() as cancel:
@@ -185,25 +184,16 @@ class RequestGuard:
             if isinstance(exchange, Exchange):
                 self.proxy.finish(exchange, CLIENT_CLOSED)
 
-    async def _refuse(self, scope: Scope, send: Send, limit: int) -> None:
-        headers = {
-            name.decode("latin-1").lower(): value.decode("latin-1")
-            for name, value in scope.get("headers", ())
-        }
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
         exchange = Exchange(
-            request_id_for(headers), scope.get("method", ""), scope.get("path", ""), time.perf_counter()
+            request_id_for(scope_headers(scope)),
+            scope.get("method", ""),
+            scope.get("path", ""),
+            time.perf_counter(),
         )
         error = OverloadedError(
             f"the proxy is already serving {limit} requests (limits.max_concurrent); retry shortly",
             retry_after_s=OVERLOAD_RETRY_AFTER_S,
         )
-        body = json.dumps(error.body(), separators=(",", ":")).encode()
-        response_headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            (b"x-request-id", exchange.request_id.encode()),
-            *((name.encode(), value.encode()) for name, value in error.headers().items()),
-        ]
         self.proxy.finish(exchange, error.status_code)
-        await send({"type": "http.response.start", "status": error.status_code, "headers": response_headers})
-        await send({"type": "http.response.body", "body": body, "more_body": False})
+        await error_answer(error, exchange.request_id)(scope, receive, send)

@@ -3,8 +3,9 @@
 A :class:`ServingState` is everything built from one config (the config, its pipeline, an
 :class:`~proxy.upstream.client.Upstreams` view routing by it); the token counters, the HTTP client, the
 built-in mock and the summary cache are shared by every state. :class:`StateSwitch` holds the
-latest state and pins it per request (a context variable set by :class:`proxy.server.guard.RequestGuard`),
-so a request runs to its end on the state it started with while new requests get the new one.
+latest state; :class:`proxy.server.guard.RequestGuard` takes it once per request and the handlers
+pass it along (``Call.state``), so a request runs to its end on the state it started with while new
+requests get the new one.
 
 :class:`Reloader` re-reads the file the app was started with. A file that does not validate is
 refused with every located error in the log (and in the admin answer); the old state keeps serving.
@@ -22,7 +23,6 @@ import os
 import signal
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,55 +58,14 @@ class ServingState:
 
 
 class StateSwitch:
-    """The latest serving state, and the one pinned for the request being handled."""
+    """The latest serving state; :class:`proxy.server.guard.RequestGuard` hands it to each request."""
 
     def __init__(self, initial: ServingState) -> None:
         self.latest = initial
-        # one variable per app, so two apps in one process never see each other's state
-        self._pinned: ContextVar[ServingState | None] = ContextVar(
-            f"history_proxy_state_{id(self)}", default=None
-        )
-
-    @property
-    def current(self) -> ServingState:
-        """The state pinned for this request, or the latest outside a request."""
-        return self._pinned.get() or self.latest
-
-    @contextlib.contextmanager
-    def pinned(self) -> Iterator[ServingState]:
-        """Pin the latest state for the code (and tasks it starts) inside the block."""
-        state = self.latest
-        token = self._pinned.set(state)
-        try:
-            yield state
-        finally:
-            self._pinned.reset(token)
 
     def swap(self, state: ServingState) -> None:
         """Serve new requests on ``state`` (one assignment: atomic for every request that follows)."""
         self.latest = state
-
-
-class ServesState:
-    """Mixin: ``config``, ``pipeline`` and ``upstreams`` of the request being handled, from ``states``."""
-
-    states: StateSwitch
-
-    @property
-    def config(self) -> Config:
-        return self.states.current.config
-
-    @property
-    def pipeline(self) -> Pipeline:
-        return self.states.current.pipeline
-
-    @property
-    def upstreams(self) -> Upstreams:
-        return self.states.current.upstreams
-
-    def pin_state(self) -> contextlib.AbstractContextManager[ServingState]:
-        """Pin the latest state for one request (used by :class:`proxy.server.guard.RequestGuard`)."""
-        return self.states.pinned()
 
 
 Build = Callable[[Config, ServingState], Awaitable[ServingState]]

@@ -42,6 +42,7 @@ import httpx
 from proxy.config.models import Config
 from proxy.core.messages import Message, strip_annotations
 from proxy.devtools.mock_server import MockUpstreamServer
+from proxy.devtools.mock_upstream import SUMMARY_PURPOSE
 from proxy.errors import InvalidRequestError, ProxyError, UpstreamUnavailableError
 from proxy.upstream.headers import (
     upstream_authorization,
@@ -59,8 +60,6 @@ SDK_RETRY_HEADER = "x-stainless-retry-count"
 """Sent by the OpenAI and Anthropic SDKs, which retry 429 and 5xx answers themselves."""
 PARSED_URLS = 1024
 _DOT_SEGMENT = re.compile(r"(?:^|/)\.\.?(?:/|$)")
-SUMMARY_PURPOSE = "summary"
-"""``x-history-purpose`` of the proxy's own summary requests."""
 
 Body = bytes | Callable[[str], Awaitable[bytes]] | AsyncIterable[bytes] | None
 """What to send: fixed bytes, bytes built per upstream (a fallback may need other cache marks),

@@ -1,0 +1,58 @@
+"""One renderer for the proxy's own errors, one shape per API surface."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from proxy.errors import (
+    ERROR_SHAPES,
+    OPENAI,
+    ForbiddenError,
+    InvalidRequestError,
+    OverloadedError,
+    ProxyError,
+    render_error,
+)
+from proxy.server.edge import error_answer
+
+
+def test_the_openai_shape_carries_message_type_param_and_code() -> None:
+    error = InvalidRequestError("bad 'messages'", param="messages", code="invalid_json")
+    assert orjson.loads(render_error(error)) == {
+        "error": {
+            "message": "bad 'messages'",
+            "type": "invalid_request_error",
+            "param": "messages",
+            "code": "invalid_json",
+        }
+    }
+
+
+def test_a_surface_plugs_in_its_own_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+    def anthropic(exc: ProxyError) -> dict[str, Any]:
+        return {"type": "error", "error": {"type": exc.error_type, "message": exc.message}}
+
+    monkeypatch.setitem(ERROR_SHAPES, "anthropic", anthropic)
+    error = ForbiddenError("not yours")
+    answer = error_answer(error, "r-1", "anthropic")
+    assert orjson.loads(answer.body) == {
+        "type": "error",
+        "error": {"type": "permission_error", "message": "not yours"},
+    }
+    assert orjson.loads(error_answer(error, "r-1", OPENAI).body)["error"]["code"] == "forbidden"
+
+
+def test_an_error_answer_has_its_length_type_request_id_and_own_headers() -> None:
+    answer = error_answer(OverloadedError("busy", retry_after_s=3), "r-2")
+    headers = dict(answer.headers)
+    assert answer.status == 429 and headers[b"content-length"] == str(len(answer.body)).encode()
+    assert headers[b"content-type"] == b"application/json" and headers[b"x-request-id"] == b"r-2"
+    assert headers[b"retry-after"] == b"3"
+
+
+def test_a_message_outside_ascii_is_utf8_json() -> None:
+    body = render_error(InvalidRequestError("'modèle' ✓"))
+    assert orjson.loads(body)["error"]["message"] == "'modèle' ✓"
