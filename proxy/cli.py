@@ -51,6 +51,18 @@ def _uvicorn_options() -> dict[str, str]:
     }
 
 
+def _proxy_http_options(config: Config) -> dict[str, Any]:
+    """The proxy's HTTP protocol: request heads bounded by ``limits`` (httptools or h11)."""
+    options: dict[str, Any] = dict(_uvicorn_options())
+    if options["http"] == "httptools":
+        from proxy.server.protocol import BoundedHttpToolsProtocol
+
+        options["http"] = BoundedHttpToolsProtocol
+    else:  # h11 bounds the head itself (431 past the size; no count or time limit)
+        options["h11_max_incomplete_event_size"] = config.limits.max_header_bytes
+    return options
+
+
 def _share_metrics_between_workers(workers: int) -> str | None:
     """With several workers, a fresh ``PROMETHEUS_MULTIPROC_DIR`` so ``/metrics`` sums them all.
 
@@ -96,7 +108,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             # every worker formats uvicorn's lines and ours alike; our access line replaces uvicorn's
             log_config=logging_config(args.log_format, args.log_level),
             access_log=False,
-            **_uvicorn_options(),  # type: ignore[arg-type]
+            **_proxy_http_options(config),
         )
     finally:
         if metrics_dir is not None:

@@ -6,7 +6,9 @@
     ├── ForbiddenError              403 permission_error
     ├── NotFoundError               404 not_found_error
     ├── MethodNotAllowedError       405 invalid_request_error (carries Allow)
+    ├── RequestTimeoutError         408 invalid_request_error (closes the connection)
     ├── PayloadTooLargeError        413 invalid_request_error
+    ├── HeadersTooLargeError        431 invalid_request_error (closes the connection)
     ├── OverloadedError             429 rate_limit_error (carries Retry-After)
     ├── FilterError                 500 filter_failed (names the filter and its place in the chain)
     ├── UpstreamUnavailableError    502 upstream_unavailable
@@ -87,6 +89,24 @@ class MethodNotAllowedError(ProxyError):
 
     def headers(self) -> dict[str, str]:
         return {"allow": self.allow} if self.allow else {}
+
+
+class RequestTimeoutError(ProxyError):
+    status_code = 408
+    error_type = "invalid_request_error"
+    code = "request_timeout"
+
+    def headers(self) -> dict[str, str]:
+        return {"connection": "close"}
+
+
+class HeadersTooLargeError(ProxyError):
+    status_code = 431
+    error_type = "invalid_request_error"
+    code = "request_headers_too_large"
+
+    def headers(self) -> dict[str, str]:
+        return {"connection": "close"}
 
 
 class PayloadTooLargeError(ProxyError):

@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import (
     Field,
+    IPvAnyNetwork,
     PositiveInt,
     SecretStr,
     ValidationInfo,
@@ -98,6 +99,8 @@ class IdentityConfig(StrictModel):
 class ProxyKey(StrictModel):
     key: SecretStr
     tenant: str
+    upstreams: list[str] | None = None
+    """The upstreams (by name, fallbacks included) requests with this key may reach; none: all."""
 
     @field_validator("key")
     @classmethod
@@ -127,6 +130,19 @@ class LimitsConfig(StrictModel):
     """In-flight requests beyond this are answered 429 at once (none: unbounded)."""
     max_messages: int = Field(default=10_000, gt=0)
     """Chat completions with more messages are answered 413 (bounds the CPU one request can take)."""
+    max_json_containers: int = Field(default=100_000, gt=0)
+    """JSON bodies with more objects and arrays are answered 413 before they are parsed (bounds the
+    memory and the event-loop time one body can take: ``[{},{},...]`` parses to ~30x its size)."""
+    max_concurrent_per_tenant: int | None = Field(default=None, gt=0)
+    """In-flight requests per tenant (by proxy key) beyond this are answered 429 at once."""
+    max_header_bytes: int = Field(default=32 * 1024, ge=1024)
+    """A request head (request line and headers) over this is answered 431 and the connection closed."""
+    max_headers: int = Field(default=100, gt=0)
+    """A request with more header lines is answered 431 and the connection closed."""
+    header_timeout_s: float = Field(default=60, gt=0)
+    """A request head not complete this long after its first byte: 408 and the connection closed."""
+    body_timeout_s: float = Field(default=60, gt=0)
+    """No byte of a request body for this long: 408 and the connection closed."""
 
 
 class CacheControlSlot(CacheControl):
@@ -155,6 +171,9 @@ class Config(StrictModel):
     summary_cache: SummaryCacheConfig = Field(default_factory=SummaryCacheConfig)
     context_windows: dict[str, PositiveInt] = Field(default_factory=dict)
     """Model glob -> context window in tokens, checked before the packaged table (``limit: 80%``)."""
+    trusted_proxies: list[IPvAnyNetwork] = Field(default_factory=list)
+    """Peers (CIDRs) whose ``X-Forwarded-*``/``Forwarded`` headers are kept and appended to; from
+    any other peer they are replaced with what the proxy saw."""
 
     @field_validator("upstreams")
     @classmethod
@@ -162,6 +181,21 @@ class Config(StrictModel):
         if not value:
             raise ValueError("name at least one upstream")
         return value
+
+    @field_validator("auth")
+    @classmethod
+    def _keys_name_upstreams(cls, auth: AuthConfig, info: ValidationInfo) -> AuthConfig:
+        upstreams = info.data.get("upstreams")
+        if not upstreams:  # already reported on upstreams
+            return auth
+        for i, entry in enumerate(auth.keys):
+            for j, name in enumerate(entry.upstreams or ()):
+                if name not in upstreams:
+                    raise ValueError(
+                        f"keys[{i}].upstreams[{j}] names unknown upstream {name!r}; "
+                        f"known upstreams: {', '.join(upstreams)}"
+                    )
+        return auth
 
     @field_validator("admin")
     @classmethod

@@ -42,6 +42,7 @@ from proxy.server.caller import resolve_identity
 from proxy.server.edge import Call, Edge, Outgoing, Relay, Whole, error_answer, scope_headers
 from proxy.server.guard import CLIENT_CLOSED, RequestGuard
 from proxy.server.overflow import RETRY_HEADER, retry_if_overflow
+from proxy.server.protocol import HEAD_LIMITS
 from proxy.server.reload import Reloader, ServingState, StateSwitch, authorize_admin, reload_on_sighup
 from proxy.summaries.cache import CachingSummarizer
 from proxy.summaries.store import summary_backend
@@ -71,6 +72,7 @@ class _Proxy:
     def _serving(self, config: Config, upstreams: Upstreams, generation: int = 0) -> ServingState:
         """What one config builds; token counters, HTTP client, mock and summary cache are shared."""
         pipeline = Pipeline(config, self.tokens, summarizer=self.summaries)
+        HEAD_LIMITS.configure(config.limits)  # read by this process's connections per request head
         return ServingState(config, pipeline, upstreams, generation)
 
     async def _next_state(self, config: Config, current: ServingState) -> ServingState:

@@ -1,0 +1,163 @@
+"""The HTTP/1.1 server protocol: uvicorn's httptools protocol with each request head bounded.
+
+uvicorn's httptools protocol reads a request head without limit (its h11 protocol stops at 16 KiB):
+a client sending header lines without end grows the process until it dies, before any auth runs.
+:class:`BoundedHttpToolsProtocol` counts the head's bytes and header lines as they arrive and times
+it from its first byte; past ``limits.max_header_bytes`` or ``limits.max_headers`` it answers ``431``,
+past ``limits.header_timeout_s`` ``408``, in the caller's error shape, and closes the connection. The
+app never sees such a request.
+
+The limits are those of the serving config of this process (:data:`HEAD_LIMITS`, set by the app when
+it starts and on every reload): uvicorn builds the protocol from a class, so there is no per-app
+argument to pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from proxy.config.models import LimitsConfig
+from proxy.errors import HeadersTooLargeError, ProxyError, RequestTimeoutError, render_error
+from proxy.observability.access import fresh_request_id
+
+log = logging.getLogger("history_proxy")
+
+_REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+
+
+@dataclass
+class HeadLimits:
+    """Bounds of one request head (the defaults are ``LimitsConfig``'s)."""
+
+    max_bytes: int = LimitsConfig().max_header_bytes
+    max_count: int = LimitsConfig().max_headers
+    timeout_s: float = LimitsConfig().header_timeout_s
+
+    def configure(self, limits: LimitsConfig) -> None:
+        """Take a (re)loaded config's limits; connections read them per request head."""
+        self.max_bytes = limits.max_header_bytes
+        self.max_count = limits.max_headers
+        self.timeout_s = limits.header_timeout_s
+
+
+HEAD_LIMITS = HeadLimits()
+"""The head limits of the app serving in this process."""
+
+
+class _HeadRefused(Exception):
+    """Raised from a parser callback to stop parsing a head that broke a limit."""
+
+
+class BoundedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, refusing request heads over :data:`HEAD_LIMITS`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._in_head = True
+        self._head_bytes = 0
+        self._head_lines = 0
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._refusal: ProxyError | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        # a connection that never completes its first head (or never sends a byte) is timed too
+        self._head_timer = self.loop.call_later(HEAD_LIMITS.timeout_s, self._head_timed_out)
+
+    def data_received(self, data: bytes) -> None:
+        if self._refusal is not None:
+            return  # answered and closing: nothing more is read
+        if self._in_head and data:
+            self._head_bytes += len(data)
+            if self._head_timer is None:
+                self._head_timer = self.loop.call_later(HEAD_LIMITS.timeout_s, self._head_timed_out)
+        super().data_received(data)
+        if self._in_head and self._refusal is None and self._head_bytes > HEAD_LIMITS.max_bytes:
+            self._refuse(self._too_large())
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._head_lines = 0
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_lines += 1
+        if self._head_lines > HEAD_LIMITS.max_count:
+            self._refusal = HeadersTooLargeError(
+                f"the request has more than {HEAD_LIMITS.max_count} header lines (limits.max_headers)"
+            )
+            raise _HeadRefused
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._end_head()
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._in_head = True  # whatever arrives next is the head of the next request
+        self._head_bytes = 0
+
+    def send_400_response(self, msg: str) -> None:
+        # the parser stops on a callback's exception and uvicorn answers 400: ours says why
+        if self._refusal is not None:
+            self._write_refusal(self._refusal)
+        else:
+            super().send_400_response(msg)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._end_head()
+        super().connection_lost(exc)
+
+    def _end_head(self) -> None:
+        self._in_head = False
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _too_large(self) -> HeadersTooLargeError:
+        return HeadersTooLargeError(
+            f"the request head is over {HEAD_LIMITS.max_bytes} bytes (limits.max_header_bytes)"
+        )
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if not self._in_head or self.transport.is_closing():
+            return
+        if self.cycle is not None and not self.cycle.response_complete:
+            # a pipelined head behind an answer still being sent: never cut into that answer
+            self._head_timer = self.loop.call_later(HEAD_LIMITS.timeout_s, self._head_timed_out)
+            return
+        self._refuse(
+            RequestTimeoutError(
+                f"the request head was not complete {HEAD_LIMITS.timeout_s:g} s after its first byte "
+                "(limits.header_timeout_s)"
+            )
+        )
+
+    def _refuse(self, error: ProxyError) -> None:
+        self._refusal = error
+        self._write_refusal(error)
+
+    def _write_refusal(self, error: ProxyError) -> None:
+        self._end_head()
+        request_id = fresh_request_id()
+        client = f"{self.client[0]}:{self.client[1]}" if self.client else "?"
+        log.warning("refused a request head from %s: %s (request %s)", client, error.message, request_id)
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.transport.close()  # an answer is being sent on this connection: only closing is left
+            return
+        body = render_error(error)
+        head = [
+            b"HTTP/1.1 %d %s\r\n" % (error.status_code, _REASONS[error.status_code]),
+            b"content-type: application/json\r\n",
+            b"content-length: %d\r\n" % len(body),
+            b"x-request-id: %s\r\n" % request_id.encode(),
+            b"connection: close\r\n\r\n",
+        ]
+        self.transport.write(b"".join(head) + body)
+        self.transport.close()
