@@ -6,7 +6,10 @@
   scope (``state["serving"]``, read once as ``Call.state``), so a config reload while it runs never
   changes it half-way (see :mod:`proxy.server.reload`);
 - admits it or answers ``429`` with ``Retry-After`` at once when ``limits.max_concurrent`` requests
-  under ``/v1/`` are already in flight (the admin, health and metrics routes are never refused);
+  under ``/v1/`` are already in flight, or ``limits.max_concurrent_per_tenant`` of its proxy key's
+  tenant (the admin, health and metrics routes are never refused);
+- answers ``408`` (and closes the connection) when the client sends no byte of its body for
+  ``limits.body_timeout_s``;
 - watches the connection once the request body has been read (for requests still running after
   ``WATCH_AFTER_S``), and when the client disconnects before the answer is complete, cancels the
   request's work: the upstream request (still waiting for its first byte, or mid-stream), a filter
@@ -24,8 +27,11 @@ from typing import Any, Protocol
 
 import anyio
 
-from proxy.errors import OverloadedError
+from proxy.config.models import Config
+from proxy.core.identity import bearer_token
+from proxy.errors import AuthError, OverloadedError, RequestTimeoutError
 from proxy.observability.metrics import Exchange, request_id_for
+from proxy.server.caller import tenant_for_key
 from proxy.server.edge import error_answer, scope_headers
 from proxy.server.reload import StateSwitch
 
@@ -63,6 +69,17 @@ def _has_body(scope: Scope) -> bool:
     return False
 
 
+def _tenant_of(config: Config, scope: Scope) -> str | None:
+    """The tenant of the request's proxy key; None without one (the app answers 401 if it needs one)."""
+    for name, value in scope.get("headers", ()):
+        if name == b"authorization":
+            try:
+                return tenant_for_key(config, bearer_token({"authorization": value.decode("latin-1")}))
+            except AuthError:
+                return None
+    return None
+
+
 class ClientWatch:
     """The request's ``receive`` and ``send`` seen by the app, and a watcher for the client leaving.
 
@@ -72,8 +89,16 @@ class ClientWatch:
     later ``receive`` calls wait for the same event.
     """
 
-    def __init__(self, scope: Scope, receive: Receive, send: Send, on_gone: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        on_gone: Callable[[], None],
+        body_timeout_s: float | None = None,
+    ) -> None:
         self._receive = receive
+        self._body_timeout_s = body_timeout_s
         self._send = send
         self._on_gone = on_gone
         self._owes_empty_body = not _has_body(scope)
@@ -93,7 +118,7 @@ class ClientWatch:
             self._owes_empty_body = False  # the server has nothing else to give for a bodiless request
             return dict(_EMPTY_BODY)
         if not self._body_done:
-            message = await self._receive()
+            message = await self._body_message()
             if message["type"] == "http.disconnect":
                 self._body_done = True
                 self._gone.set()
@@ -103,6 +128,17 @@ class ClientWatch:
             return message
         await self._gone.wait()
         return dict(_DISCONNECT)
+
+    async def _body_message(self) -> Message:
+        if self._body_timeout_s is None:
+            return await self._receive()
+        try:
+            async with asyncio.timeout(self._body_timeout_s):
+                return await self._receive()
+        except TimeoutError:
+            raise RequestTimeoutError(
+                f"no byte of the request body arrived for {self._body_timeout_s:g} s (limits.body_timeout_s)"
+            ) from None
 
     async def send(self, message: Message) -> None:
         if message["type"] == "http.response.body" and not message.get("more_body", False):
@@ -149,6 +185,8 @@ class RequestGuard:
         self.proxy = proxy
         self.in_flight = 0
         """Admitted requests under ``/v1/`` not yet finished (streams included)."""
+        self.tenants_in_flight: dict[str, int] = {}
+        """The same, per tenant, while ``limits.max_concurrent_per_tenant`` is set."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -156,20 +194,40 @@ class RequestGuard:
             return
         state = self.proxy.states.latest
         scope.setdefault("state", {})["serving"] = state
+        limits = state.config.limits
         limited = str(scope.get("path", "")).startswith(LIMITED_PREFIX)
-        limit = state.config.limits.max_concurrent
+        limit = limits.max_concurrent
         if limited and limit is not None and self.in_flight >= limit:
-            await self._refuse(scope, receive, send, limit)
+            message = f"the proxy is already serving {limit} requests (limits.max_concurrent); retry shortly"
+            await self._refuse(scope, receive, send, message)
             return
+        per_tenant = limits.max_concurrent_per_tenant
+        tenant = _tenant_of(state.config, scope) if limited and per_tenant is not None else None
+        if tenant is not None and per_tenant is not None:
+            held = self.tenants_in_flight.get(tenant, 0)
+            if held >= per_tenant:
+                message = (
+                    f"tenant {tenant!r} already has {per_tenant} requests in flight "
+                    "(limits.max_concurrent_per_tenant); retry shortly"
+                )
+                await self._refuse(scope, receive, send, message)
+                return
+            self.tenants_in_flight[tenant] = held + 1
         self.in_flight += limited
         try:
-            await self._run(scope, receive, send)
+            await self._run(scope, receive, send, limits.body_timeout_s)
         finally:
             self.in_flight -= limited
+            if tenant is not None:
+                left = self.tenants_in_flight[tenant] - 1
+                if left:
+                    self.tenants_in_flight[tenant] = left
+                else:
+                    del self.tenants_in_flight[tenant]
 
-    async def _run(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _run(self, scope: Scope, receive: Receive, send: Send, body_timeout_s: float) -> None:
         with anyio.CancelScope() as cancel:
-            watch = ClientWatch(scope, receive, send, cancel.cancel)
+            watch = ClientWatch(scope, receive, send, cancel.cancel, body_timeout_s)
             try:
                 await self.app(scope, watch.receive, watch.send)
             finally:
@@ -184,16 +242,13 @@ class RequestGuard:
             if isinstance(exchange, Exchange):
                 self.proxy.finish(exchange, CLIENT_CLOSED)
 
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, message: str) -> None:
         exchange = Exchange(
             request_id_for(scope_headers(scope)),
             scope.get("method", ""),
             scope.get("path", ""),
             time.perf_counter(),
         )
-        error = OverloadedError(
-            f"the proxy is already serving {limit} requests (limits.max_concurrent); retry shortly",
-            retry_after_s=OVERLOAD_RETRY_AFTER_S,
-        )
+        error = OverloadedError(message, retry_after_s=OVERLOAD_RETRY_AFTER_S)
         self.proxy.finish(exchange, error.status_code)
         await error_answer(error, exchange.request_id)(scope, receive, send)
