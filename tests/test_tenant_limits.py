@@ -1,4 +1,4 @@
-"""One tenant's share and slow bodies: per-tenant concurrency and the body read timeout, served."""
+"""Tenants: upstreams scoped per proxy key, one tenant's share of the concurrency, slow bodies."""
 
 from __future__ import annotations
 
@@ -7,9 +7,12 @@ from typing import Any
 
 import httpx
 import pytest
+import respx
 
-from proxy.config.loading import parse_config
+from proxy.config.loading import ConfigError, parse_config
 from proxy.config.models import Config
+from tests.test_app import CLAUDE, COMPLETION, MAIN, UPSTREAM_KEY, make_config, serve
+from tests.test_app import chat as chat_of
 from tests.test_reliability import LOOPBACK, FaultUpstream, chat, eventually, raw_request, serving
 
 pytestmark = pytest.mark.anyio
@@ -72,3 +75,61 @@ async def test_a_body_that_stops_arriving_is_408_and_never_forwarded() -> None:
     assert head.startswith(b"HTTP/1.1 408 ") and b"connection: close" in head.lower()
     assert b"limits.body_timeout_s" in body
     assert "stalled" not in upstream.arrived
+
+
+# --- tenant-scoped upstreams ---------------------------------------------------------------------
+
+
+def scoped_config(**key_b: Any) -> Config:
+    raw = make_config().model_dump(mode="json", by_alias=True, exclude_unset=True)
+    return parse_config(
+        {
+            **raw,
+            "upstreams": {
+                "main": {"base_url": MAIN, "api_key": UPSTREAM_KEY, "retries": 0},
+                "claude": {"base_url": CLAUDE, "retries": 0},
+            },
+            "auth": {"keys": [{"key": KEYS["a"], "tenant": "a"}, {"key": KEYS["b"], "tenant": "b", **key_b}]},
+            "routes": [
+                {"model": "claude-*", "upstream": "claude"},
+                {"model": "gpt-*", "upstream": "main", "fallbacks": ["claude"]},
+            ],
+        },
+        env={},
+    )
+
+
+async def test_a_key_reaches_only_its_upstreams_and_others_get_a_403_naming_the_setting(
+    mocked: respx.MockRouter,
+) -> None:
+    keyed = mocked.post(f"{MAIN}/chat/completions").mock(return_value=httpx.Response(200, json=COMPLETION))
+    claude = mocked.post(f"{CLAUDE}/chat/completions").mock(return_value=httpx.Response(200, json=COMPLETION))
+    async with serve(scoped_config(upstreams=["claude"])) as client:
+        refused = await client.post("/v1/chat/completions", json=chat_of(), headers=bearer("b"))
+        listed = await client.get("/v1/models", headers=bearer("b"))  # routes to the default: main
+        allowed = await client.post(
+            "/v1/chat/completions", json=chat_of(model="claude-x"), headers=bearer("b")
+        )
+        other_tenant = await client.post("/v1/chat/completions", json=chat_of(), headers=bearer("a"))
+    for response in (refused, listed):
+        error = response.json()["error"]
+        assert response.status_code == 403 and error["type"] == "permission_error"
+        assert "auth.keys[].upstreams" in error["message"] and "'main'" in error["message"]
+    assert allowed.status_code == 200 and other_tenant.status_code == 200
+    assert keyed.call_count == 1 and claude.call_count == 1  # tenant b never reached main
+    assert all(UPSTREAM_KEY not in str(call.request.headers) for call in claude.calls)
+
+
+async def test_fallbacks_outside_a_keys_upstreams_are_never_tried(mocked: respx.MockRouter) -> None:
+    main = mocked.post(f"{MAIN}/chat/completions").mock(return_value=httpx.Response(503, json={}))
+    claude = mocked.post(f"{CLAUDE}/chat/completions").mock(return_value=httpx.Response(200, json=COMPLETION))
+    async with serve(scoped_config(upstreams=["main"])) as client:
+        scoped = await client.post("/v1/chat/completions", json=chat_of(), headers=bearer("b"))
+        unscoped = await client.post("/v1/chat/completions", json=chat_of(), headers=bearer("a"))
+    assert scoped.status_code == 503 and unscoped.status_code == 200
+    assert main.call_count == 2 and claude.call_count == 1
+
+
+def test_a_key_naming_an_unknown_upstream_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"keys\[1\]\.upstreams\[0\] names unknown upstream 'nope'"):
+        scoped_config(upstreams=["nope"])

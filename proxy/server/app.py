@@ -38,7 +38,7 @@ from proxy.observability.metrics import Exchange, Metrics, request_id_for
 from proxy.pipeline.headers import history_headers
 from proxy.pipeline.run import Pipeline, PipelineResult
 from proxy.server.body import capped_stream, encode_json, has_body, model_of, parse_body, read_body
-from proxy.server.caller import resolve_identity
+from proxy.server.caller import reachable_upstreams, resolve_identity
 from proxy.server.edge import Call, Edge, Outgoing, Relay, Whole, error_answer, scope_headers
 from proxy.server.guard import CLIENT_CLOSED, RequestGuard
 from proxy.server.overflow import RETRY_HEADER, retry_if_overflow
@@ -150,7 +150,7 @@ class _Proxy:
         """
         config, pipeline = call.state.config, call.state.pipeline
         body = parse_body(await read_body(call.headers, call.stream(), config.limits.max_body_bytes))
-        names = self._route(config, body, exchange)
+        names = self._route(call, body, exchange)
         exchange.stream = body.get("stream") is True
         if config.log_bodies:
             exchange.body = body
@@ -174,7 +174,7 @@ class _Proxy:
         identity = self.identify(call, exchange)
         config = call.state.config
         body = parse_body(await read_body(call.headers, call.stream(), config.limits.max_body_bytes))
-        names = self._route(config, body, exchange)
+        names = self._route(call, body, exchange, forwarded=False)
         exchange.upstream = None  # nothing is forwarded
         result = exchange.result = await call.state.pipeline.run(body, identity, names[0])
         headers = {**history_headers(result, identity.role), "x-request-id": exchange.request_id}
@@ -198,7 +198,7 @@ class _Proxy:
                 model = model_of(body)
             else:  # uploads go through unread, to the default upstream
                 body = capped_stream(call.headers, call.stream(), limit)
-        names = self._route(call.state.config, {"model": model}, exchange)
+        names = self._route(call, {"model": model}, exchange)
         raw_path = call.scope.get("raw_path") or call.path.encode()
         reply = await self._open(call, exchange, raw_path.decode("latin-1").removeprefix("/v1"), names, body)
         return await self._respond(reply, exchange, {})
@@ -221,10 +221,15 @@ class _Proxy:
 
     # --- forwarding --------------------------------------------------------------------------
 
-    def _route(self, config: Config, body: dict[str, Any], exchange: Exchange) -> list[str]:
+    def _route(
+        self, call: Call, body: dict[str, Any], exchange: Exchange, *, forwarded: bool = True
+    ) -> list[str]:
+        """The upstreams to try for ``body``'s model; those the caller's key may reach when forwarded."""
         model = body.get("model")
         exchange.model = model if isinstance(model, str) and model else None
-        names = config.route(exchange.model or "")
+        names = call.state.config.route(exchange.model or "")
+        if forwarded:
+            names = reachable_upstreams(call.state.config, call.headers, names)
         exchange.upstream = names[0]
         return names
 

@@ -5,25 +5,50 @@ from __future__ import annotations
 import hmac
 from collections.abc import Mapping
 
-from proxy.config.models import Config
+from proxy.config.models import Config, ProxyKey
 from proxy.core.identity import ROLE_DEFAULTED, Identity, bearer_token, read_header
-from proxy.errors import AuthError
+from proxy.errors import AuthError, ForbiddenError
 
 
-def tenant_for_key(config: Config, token: str | None) -> str | None:
-    """The tenant of a proxy key, comparing every configured key in constant time."""
+def _key_entry(config: Config, token: str | None) -> ProxyKey | None:
+    """The ``auth.keys`` entry of a proxy key, comparing every configured key in constant time."""
     if not config.auth.keys:
         return None
     if token is None:
         raise AuthError("missing proxy key: send 'Authorization: Bearer <proxy key>'")
-    tenant = None
+    found = None
     given = token.encode()
     for entry in config.auth.keys:
         if hmac.compare_digest(entry.key.get_secret_value().encode(), given):
-            tenant = entry.tenant
-    if tenant is None:
+            found = entry
+    if found is None:
         raise AuthError("unknown proxy key")
-    return tenant
+    return found
+
+
+def tenant_for_key(config: Config, token: str | None) -> str | None:
+    """The tenant of a proxy key, comparing every configured key in constant time."""
+    entry = _key_entry(config, token)
+    return entry.tenant if entry else None
+
+
+def reachable_upstreams(config: Config, headers: Mapping[str, str], names: list[str]) -> list[str]:
+    """``names`` (a route: upstream, then fallbacks) less those the caller's key may not reach.
+
+    403 naming ``auth.keys[].upstreams`` when the route's own upstream is not among them. Keys
+    without ``upstreams`` reach every upstream.
+    """
+    if not any(entry.upstreams is not None for entry in config.auth.keys):
+        return names
+    entry = _key_entry(config, bearer_token(headers))
+    if entry is None or entry.upstreams is None:
+        return names
+    if names[0] not in entry.upstreams:
+        raise ForbiddenError(
+            f"this proxy key may not reach upstream {names[0]!r}, where the request routes; "
+            f"its auth.keys[].upstreams allows: {', '.join(entry.upstreams) or 'none'}"
+        )
+    return [name for name in names if name in entry.upstreams]
 
 
 def resolve_identity(config: Config, headers: Mapping[str, str]) -> Identity:
