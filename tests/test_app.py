@@ -357,6 +357,22 @@ async def test_a_method_a_route_does_not_take_is_405_in_openai_shape_with_allow(
     assert response.headers["content-type"] == "application/json"
 
 
+async def test_a_body_of_many_tiny_containers_is_413_on_every_route(mocked: respx.MockRouter) -> None:
+    route = mocked.route(host="upstream.test")
+    pad = ",".join(["{}"] * 600)
+    body = f'{{"model": "gpt-4o", "input": [{pad}], "messages": [{{"role": "user", "content": "hi"}}]}}'
+    limits = {"max_body_bytes": 1 << 20, "max_json_containers": 500}
+    headers = {"content-type": "application/json"}
+    async with serve(make_config(limits=limits)) as client:
+        answers = [
+            await client.post(path, content=body, headers=headers)
+            for path in ("/v1/chat/completions", "/v1/embeddings", "/v1/history/preview")
+        ]
+    for response in answers:
+        assert response.status_code == 413 and error_of(response)["code"] == "too_many_json_containers"
+    assert not route.called
+
+
 async def test_a_body_over_the_limit_is_413_whether_declared_or_streamed(mocked: respx.MockRouter) -> None:
     route = mocked.route(host="upstream.test")
     big = json.dumps(chat(user("x" * 5000))).encode()

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from proxy.server.body import encode_json, parse_body
+from proxy.config.models import LimitsConfig
+from proxy.errors import PayloadTooLargeError
+from proxy.server.body import check_containers, encode_json, parse_body
 from tests.factories import corpus_files
 
 
@@ -26,3 +29,31 @@ def test_a_lone_surrogate_still_goes_through_escaped() -> None:
 
 def test_non_ascii_text_is_sent_as_utf8_not_escaped() -> None:
     assert encode_json({"content": "héllo ✓"}) == '{"content":"héllo ✓"}'.encode()
+
+
+def amplified(count: int) -> bytes:
+    """A chat body padded with ``count`` empty objects: the shape that parses to ~30x its size."""
+    return (
+        b'{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"pad":['
+        + b",".join([b"{}"] * count)
+        + b"]}"
+    )
+
+
+def test_a_body_with_more_containers_than_the_limit_is_413_before_parsing() -> None:
+    with pytest.raises(PayloadTooLargeError, match=r"limits\.max_json_containers") as refused:
+        parse_body(amplified(1000), max_containers=500)
+    assert refused.value.code == "too_many_json_containers"
+    assert parse_body(amplified(400), max_containers=500)["model"] == "gpt-4o"
+
+
+def test_bodies_too_short_to_exceed_the_limit_are_not_counted() -> None:
+    body = b"[" * 300 + b"]" * 300  # 300 containers in 600 bytes: the densest JSON there is
+    check_containers(body, 300)
+    with pytest.raises(PayloadTooLargeError):
+        check_containers(body, 299)
+
+
+@pytest.mark.parametrize("path", corpus_files(), ids=lambda p: p.name)  # type: ignore[attr-defined]
+def test_corpus_conversations_stay_far_below_the_default_container_limit(path: Path) -> None:
+    check_containers(path.read_bytes(), LimitsConfig().max_json_containers // 20)

@@ -37,7 +37,15 @@ from proxy.observability.access import fresh_request_id
 from proxy.observability.metrics import Exchange, Metrics, request_id_for
 from proxy.pipeline.headers import history_headers
 from proxy.pipeline.run import Pipeline, PipelineResult
-from proxy.server.body import capped_stream, encode_json, has_body, model_of, parse_body, read_body
+from proxy.server.body import (
+    capped_stream,
+    check_containers,
+    encode_json,
+    has_body,
+    model_of,
+    parse_body,
+    read_body,
+)
 from proxy.server.caller import reachable_upstreams, resolve_identity
 from proxy.server.edge import Call, Edge, Outgoing, Relay, Whole, error_answer, scope_headers
 from proxy.server.guard import CLIENT_CLOSED, RequestGuard
@@ -149,7 +157,10 @@ class _Proxy:
         once), unless a fallback upstream places other cache marks and needs the chain run again.
         """
         config, pipeline = call.state.config, call.state.pipeline
-        body = parse_body(await read_body(call.headers, call.stream(), config.limits.max_body_bytes))
+        limits = config.limits
+        body = parse_body(
+            await read_body(call.headers, call.stream(), limits.max_body_bytes), limits.max_json_containers
+        )
         names = self._route(call, body, exchange)
         exchange.stream = body.get("stream") is True
         if config.log_bodies:
@@ -172,8 +183,10 @@ class _Proxy:
         call = Call.of(request)
         exchange = self.begin(call)
         identity = self.identify(call, exchange)
-        config = call.state.config
-        body = parse_body(await read_body(call.headers, call.stream(), config.limits.max_body_bytes))
+        limits = call.state.config.limits
+        body = parse_body(
+            await read_body(call.headers, call.stream(), limits.max_body_bytes), limits.max_json_containers
+        )
         names = self._route(call, body, exchange, forwarded=False)
         exchange.upstream = None  # nothing is forwarded
         result = exchange.result = await call.state.pipeline.run(body, identity, names[0])
@@ -195,6 +208,7 @@ class _Proxy:
         if has_body(call.headers):
             if "json" in call.headers.get("content-type", ""):
                 body = await read_body(call.headers, call.stream(), limit)
+                check_containers(body, call.state.config.limits.max_json_containers)
                 model = model_of(body)
             else:  # uploads go through unread, to the default upstream
                 body = capped_stream(call.headers, call.stream(), limit)
