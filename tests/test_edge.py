@@ -129,3 +129,37 @@ async def test_the_served_app_settles_the_garbage_collector_once_started(
     finally:
         gc.unfreeze()
         gc.set_threshold(*threshold)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/..\\admin",
+        "/v1/..%5cadmin",
+        "/v1/..%5Cadmin",
+        "/v1/..;/admin",
+        "/v1/models;jsessionid=1",
+        "/v1/%2e%2e/admin",
+        "/v1/.%2e/admin",
+        "/v1/%252e%252e/admin",
+        "/v1/models/x%00y",
+    ],
+)
+async def test_paths_an_upstream_could_read_as_another_are_400_and_never_forwarded(
+    mocked: respx.MockRouter, path: str
+) -> None:
+    route = mocked.route(host="upstream.test")
+    async with serve(make_config()) as client:
+        response = await client.get(path)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["code"] == "invalid_path"
+    assert not route.called
+
+
+async def test_plain_paths_with_colons_dots_and_dashes_are_forwarded(mocked: respx.MockRouter) -> None:
+    route = mocked.get(f"{MAIN}/models/ft:gpt-4o-mini:org:custom.v1").mock(
+        return_value=httpx.Response(200, json={})
+    )
+    async with serve(make_config()) as client:
+        response = await client.get("/v1/models/ft:gpt-4o-mini:org:custom.v1")
+    assert response.status_code == 200 and route.called

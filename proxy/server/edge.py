@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
+from urllib.parse import unquote
 
 from starlette._utils import get_route_path
 from starlette.datastructures import URL
 from starlette.requests import ClientDisconnect, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from proxy.errors import OPENAI, ProxyError, render_error
+from proxy.errors import OPENAI, InvalidRequestError, ProxyError, render_error
 from proxy.observability.access import Exchange
 from proxy.upstream.reply import UpstreamReply
 
@@ -165,6 +166,33 @@ def error_answer(exc: ProxyError, request_id: str, surface: str = OPENAI) -> Who
     return answer
 
 
+_UNSAFE_IN_RAW_PATH = (b"\\", b"%5c", b";", b"%3b", b"%00", b"%25")
+
+
+def check_path(scope: Scope) -> None:
+    """400 for a path an upstream or a server behind it could read as another one.
+
+    Refused: dot segments (``.``, ``..``, also percent-encoded or after a second decoding), a
+    backslash (``..\\admin``: a path separator on some servers), a semicolon (``..;/admin``: path
+    parameters in Java servers), ``%00`` and ``%25`` (a percent sign, for a second decoding). Such a
+    path is never forwarded. (``POST /v1/chat/completions`` is exactly that path, so needs no check.)
+    """
+    raw: bytes = scope.get("raw_path") or scope["path"].encode("utf-8", "surrogateescape")
+    lowered = raw.lower()
+    path: str = scope["path"]
+    if (
+        any(mark in lowered for mark in _UNSAFE_IN_RAW_PATH)
+        or "\\" in path
+        or ";" in path
+        or any(unquote(segment) in (".", "..") for segment in path.split("/"))
+    ):
+        raise InvalidRequestError(
+            f"the request path {raw.decode('latin-1')[:200]!r} holds a dot segment, a backslash, a semicolon "
+            "or an encoded percent sign or NUL; this proxy forwards plain paths only",
+            code="invalid_path",
+        )
+
+
 class EdgeProxy(Protocol):
     """What the edge needs from the app's handlers."""
 
@@ -204,6 +232,7 @@ class Edge:
                 if scope["method"] == "POST" and get_route_path(scope) == CHAT_PATH:
                     await self._chat(scope, receive, tracking_send)
                 else:
+                    check_path(scope)
                     await self.app(scope, receive, tracking_send)
             except ProxyError as exc:
                 if started:
