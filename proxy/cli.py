@@ -108,6 +108,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             # every worker formats uvicorn's lines and ours alike; our access line replaces uvicorn's
             log_config=logging_config(args.log_format, args.log_level),
             access_log=False,
+            proxy_headers=False,  # the peer stays the TCP peer: trusted_proxies decides (server/forwarded.py)
             **_proxy_http_options(config),
         )
     finally:

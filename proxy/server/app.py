@@ -48,6 +48,7 @@ from proxy.server.body import (
 )
 from proxy.server.caller import reachable_upstreams, resolve_identity
 from proxy.server.edge import Call, Edge, Outgoing, Relay, Whole, error_answer, scope_headers
+from proxy.server.forwarded import forwarded_headers
 from proxy.server.guard import CLIENT_CLOSED, RequestGuard
 from proxy.server.overflow import RETRY_HEADER, retry_if_overflow
 from proxy.server.protocol import HEAD_LIMITS
@@ -251,8 +252,15 @@ class _Proxy:
         self, call: Call, exchange: Exchange, path: str, names: list[str], body: Body
     ) -> UpstreamReply:
         exchange.upstream_started = time.perf_counter()
+        client = call.scope.get("client")
+        headers = forwarded_headers(
+            call.header_items,
+            client[0] if client else "",
+            call.scope.get("scheme", "http"),
+            call.state.config.trusted_proxies,
+        )
         return await call.state.upstreams.open(
-            call.method, path, query=call.query, headers=call.header_items, names=names, body=body
+            call.method, path, query=call.query, headers=headers, names=names, body=body
         )
 
     async def _respond(self, reply: UpstreamReply, exchange: Exchange, extra: dict[str, str]) -> Outgoing:

@@ -14,7 +14,8 @@ from proxy.config.models import IdentityConfig, UpstreamConfig
 HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "te", "trailer", "trailers", "transfer-encoding", "upgrade"}
 )
-NOT_FORWARDED = frozenset({"host", "content-length", "accept-encoding", "authorization"})
+# Expect: 100-continue is answered by the proxy's own server, never passed on
+NOT_FORWARDED = frozenset({"host", "content-length", "accept-encoding", "authorization", "expect"})
 # the proxy's server writes its own Date and Server; two of each would be a malformed answer
 NOT_RETURNED = frozenset({"content-length", "date", "server"})
 
@@ -101,7 +102,7 @@ def wire_request_headers(
     ]
     if authorization is not None:
         out.append(authorization)
-    elif not client_auth_is_proxy_key:
+    elif not client_auth_is_proxy_key and not (named and "authorization" in named):
         out += [(b"authorization", value.encode("latin-1", "replace")) for value in client_auth]
     out.append(IDENTITY_ENCODING)
     return out
