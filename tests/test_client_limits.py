@@ -1,4 +1,5 @@
-"""Hostile clients against ``history-proxy serve`` over raw sockets: heads bounded in size, count and time.
+"""Hostile clients against ``history-proxy serve`` over raw sockets: heads bounded in size, count and
+time, bodies in time.
 
 Every exchange here is bounded by a byte budget and a socket timeout, so a proxy that keeps reading
 fails the test instead of hanging it.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -115,3 +117,24 @@ def test_a_head_never_finished_is_408_after_header_timeout(tmp_path: Path, parti
         sock.sendall(partial)
         answer = read_answer(sock)
     assert status_of(answer) == 408 and "limits.header_timeout_s" in error_of(answer)["message"]
+
+
+def test_a_body_that_stops_arriving_is_408_and_the_connection_closed(tmp_path: Path) -> None:
+    with served(tmp_path, {"body_timeout_s": 0.5}) as address, connect(address) as sock:
+        body = b'{"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}'
+        head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: proxy\r\nContent-Type: application/json\r\n"
+        sock.sendall(head + b"Content-Length: %d\r\n\r\n" % len(body) + body[:-10])  # then nothing
+        answer = read_answer(sock)
+    assert status_of(answer) == 408 and "limits.body_timeout_s" in error_of(answer)["message"]
+
+
+def test_a_body_that_keeps_coming_is_served(tmp_path: Path) -> None:
+    with served(tmp_path, {"body_timeout_s": 1}) as address, connect(address) as sock:
+        body = b'{"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}'
+        head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: proxy\r\nContent-Type: application/json\r\n"
+        sock.sendall(head + b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(body))
+        for start in range(0, len(body), 10):  # in pieces, each well within the timeout, all beyond it
+            sock.sendall(body[start : start + 10])
+            time.sleep(0.2)
+        answer = read_answer(sock)
+    assert status_of(answer) == 200

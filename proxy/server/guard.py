@@ -8,8 +8,6 @@
 - admits it or answers ``429`` with ``Retry-After`` at once when ``limits.max_concurrent`` requests
   under ``/v1/`` are already in flight, or ``limits.max_concurrent_per_tenant`` of its proxy key's
   tenant (the admin, health and metrics routes are never refused);
-- answers ``408`` (and closes the connection) when the client sends no byte of its body for
-  ``limits.body_timeout_s``;
 - watches the connection once the request body has been read (for requests still running after
   ``WATCH_AFTER_S``), and when the client disconnects before the answer is complete, cancels the
   request's work: the upstream request (still waiting for its first byte, or mid-stream), a filter
@@ -29,7 +27,7 @@ import anyio
 
 from proxy.config.models import Config
 from proxy.core.identity import bearer_token
-from proxy.errors import AuthError, OverloadedError, RequestTimeoutError
+from proxy.errors import AuthError, OverloadedError
 from proxy.observability.metrics import Exchange, request_id_for
 from proxy.server.caller import tenant_for_key
 from proxy.server.edge import error_answer, scope_headers
@@ -89,16 +87,8 @@ class ClientWatch:
     later ``receive`` calls wait for the same event.
     """
 
-    def __init__(
-        self,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        on_gone: Callable[[], None],
-        body_timeout_s: float | None = None,
-    ) -> None:
+    def __init__(self, scope: Scope, receive: Receive, send: Send, on_gone: Callable[[], None]) -> None:
         self._receive = receive
-        self._body_timeout_s = body_timeout_s
         self._send = send
         self._on_gone = on_gone
         self._owes_empty_body = not _has_body(scope)
@@ -118,7 +108,7 @@ class ClientWatch:
             self._owes_empty_body = False  # the server has nothing else to give for a bodiless request
             return dict(_EMPTY_BODY)
         if not self._body_done:
-            message = await self._body_message()
+            message = await self._receive()
             if message["type"] == "http.disconnect":
                 self._body_done = True
                 self._gone.set()
@@ -128,17 +118,6 @@ class ClientWatch:
             return message
         await self._gone.wait()
         return dict(_DISCONNECT)
-
-    async def _body_message(self) -> Message:
-        if self._body_timeout_s is None:
-            return await self._receive()
-        try:
-            async with asyncio.timeout(self._body_timeout_s):
-                return await self._receive()
-        except TimeoutError:
-            raise RequestTimeoutError(
-                f"no byte of the request body arrived for {self._body_timeout_s:g} s (limits.body_timeout_s)"
-            ) from None
 
     async def send(self, message: Message) -> None:
         if message["type"] == "http.response.body" and not message.get("more_body", False):
@@ -215,7 +194,7 @@ class RequestGuard:
             self.tenants_in_flight[tenant] = held + 1
         self.in_flight += limited
         try:
-            await self._run(scope, receive, send, limits.body_timeout_s)
+            await self._run(scope, receive, send)
         finally:
             self.in_flight -= limited
             if tenant is not None:
@@ -225,9 +204,9 @@ class RequestGuard:
                 else:
                     del self.tenants_in_flight[tenant]
 
-    async def _run(self, scope: Scope, receive: Receive, send: Send, body_timeout_s: float) -> None:
+    async def _run(self, scope: Scope, receive: Receive, send: Send) -> None:
         with anyio.CancelScope() as cancel:
-            watch = ClientWatch(scope, receive, send, cancel.cancel, body_timeout_s)
+            watch = ClientWatch(scope, receive, send, cancel.cancel)
             try:
                 await self.app(scope, watch.receive, watch.send)
             finally:

@@ -1,11 +1,14 @@
-"""The HTTP/1.1 server protocol: uvicorn's httptools protocol with each request head bounded.
+"""The HTTP/1.1 server protocol: uvicorn's httptools protocol with each request head and body bounded.
 
 uvicorn's httptools protocol reads a request head without limit (its h11 protocol stops at 16 KiB):
 a client sending header lines without end grows the process until it dies, before any auth runs.
 :class:`BoundedHttpToolsProtocol` counts the head's bytes and header lines as they arrive and times
 it from its first byte; past ``limits.max_header_bytes`` or ``limits.max_headers`` it answers ``431``,
 past ``limits.header_timeout_s`` ``408``, in the caller's error shape, and closes the connection. The
-app never sees such a request.
+app never sees such a request. A body that pauses longer than ``limits.body_timeout_s`` is answered
+``408`` the same way, and the app sees its client leave (nothing is forwarded). One timer per body,
+armed only once a body is still incomplete after a read and re-armed only when it fires, so a body
+that arrives with its head costs no timer and each read costs one clock reading.
 
 The limits are those of the serving config of this process (:data:`HEAD_LIMITS`, set by the app when
 it starts and on every reload): uvicorn builds the protocol from a class, so there is no per-app
@@ -37,12 +40,14 @@ class HeadLimits:
     max_bytes: int = LimitsConfig().max_header_bytes
     max_count: int = LimitsConfig().max_headers
     timeout_s: float = LimitsConfig().header_timeout_s
+    body_timeout_s: float = LimitsConfig().body_timeout_s
 
     def configure(self, limits: LimitsConfig) -> None:
         """Take a (re)loaded config's limits; connections read them per request head."""
         self.max_bytes = limits.max_header_bytes
         self.max_count = limits.max_headers
         self.timeout_s = limits.header_timeout_s
+        self.body_timeout_s = limits.body_timeout_s
 
 
 HEAD_LIMITS = HeadLimits()
@@ -62,6 +67,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._head_lines = 0
         self._head_timer: asyncio.TimerHandle | None = None
+        self._in_body = False
+        self._body_at = 0.0
+        """When the last body bytes arrived (the loop's clock)."""
+        self._body_timer: asyncio.TimerHandle | None = None
         self._refusal: ProxyError | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -79,6 +88,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().data_received(data)
         if self._in_head and self._refusal is None and self._head_bytes > HEAD_LIMITS.max_bytes:
             self._refuse(self._too_large())
+        elif self._in_body:
+            self._body_at = self.loop.time()
+            if self._body_timer is None:
+                self._body_timer = self.loop.call_later(HEAD_LIMITS.body_timeout_s, self._body_timed_out)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -95,10 +108,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._end_head()
+        self._in_body = True
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
+        self._end_body()
         self._in_head = True  # whatever arrives next is the head of the next request
         self._head_bytes = 0
 
@@ -111,7 +126,31 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._end_head()
+        self._end_body()
         super().connection_lost(exc)
+
+    def _end_body(self) -> None:
+        self._in_body = False
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _body_timed_out(self) -> None:
+        self._body_timer = None
+        if not self._in_body or self.transport.is_closing():
+            return
+        if self.flow.read_paused:  # the app is not reading yet (back-pressure): not the client's pause
+            self._body_at = self.loop.time()
+        waited = self.loop.time() - self._body_at
+        if waited < HEAD_LIMITS.body_timeout_s:  # bytes came since the timer was armed: wait the rest
+            self._body_timer = self.loop.call_later(HEAD_LIMITS.body_timeout_s - waited, self._body_timed_out)
+            return
+        self._refuse(
+            RequestTimeoutError(
+                f"no byte of the request body arrived for {HEAD_LIMITS.body_timeout_s:g} s "
+                "(limits.body_timeout_s)"
+            )
+        )
 
     def _end_head(self) -> None:
         self._in_head = False
@@ -144,11 +183,17 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._write_refusal(error)
 
     def _write_refusal(self, error: ProxyError) -> None:
+        reading_body = self._in_body
         self._end_head()
+        self._end_body()
         request_id = fresh_request_id()
         client = f"{self.client[0]}:{self.client[1]}" if self.client else "?"
-        log.warning("refused a request head from %s: %s (request %s)", client, error.message, request_id)
-        if self.cycle is not None and not self.cycle.response_complete:
+        log.warning("refused a request from %s: %s (request %s)", client, error.message, request_id)
+        if (
+            self.cycle is not None
+            and not self.cycle.response_complete
+            and (not reading_body or self.cycle.response_started)
+        ):
             self.transport.close()  # an answer is being sent on this connection: only closing is left
             return
         body = render_error(error)
