@@ -12,7 +12,8 @@ import pytest
 import respx
 
 from proxy.observability.access import fresh_request_id
-from proxy.server.app import GC_YOUNG_THRESHOLD, app_from_env, create_app
+from proxy.server.app import app_from_env, create_app
+from proxy.server.gc_tuning import GC_YOUNG_THRESHOLD
 from tests.test_app import COMPLETION, MAIN, chat, make_config, serve
 
 pytestmark = pytest.mark.anyio

@@ -1,17 +1,18 @@
-"""The ASGI app: routes, lifespan, error rendering, one access line per request.
+"""The ASGI app: the handlers, lifespan, error bookkeeping, one access line per request.
 
-``create_app(config)`` builds a Starlette app around one :class:`~proxy.pipeline.run.Pipeline` and one
-:class:`~proxy.upstream.client.Upstreams` (the shared httpx client, opened in the lifespan).
+``create_app(config)`` builds a Starlette app around the serving state of one config (its
+:class:`~proxy.pipeline.run.Pipeline` and :class:`~proxy.upstream.client.Upstreams`, the shared
+client opened in the lifespan); each request carries the state it started on (``Call.state``).
 ``app_from_env()`` is the factory ``uvicorn --factory`` calls in each worker; it reads the config
 path from ``HISTORY_PROXY_CONFIG``.
 
-Routes: ``POST /v1/chat/completions`` (filtered, forwarded), ``POST /v1/history/preview`` (filtered,
-not forwarded), any other ``/v1/...`` (forwarded unchanged), ``GET /healthz``, ``GET /metrics``.
+Handlers: ``POST /v1/chat/completions`` (filtered, forwarded; the edge calls it, no router),
+``POST /v1/history/preview`` (filtered, not forwarded), any other ``/v1/...`` (forwarded
+unchanged), ``GET /healthz``, ``GET /metrics``, ``POST /admin/reload``.
 """
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import sys
@@ -32,7 +33,7 @@ from proxy.config.loading import ConfigError, load_config, summary
 from proxy.config.models import CONFIG_ENV, Config
 from proxy.core.identity import Identity
 from proxy.core.tokens import TokenCounters
-from proxy.errors import FilterError, MethodNotAllowedError, NotFoundError, ProxyError
+from proxy.errors import OPENAI, FilterError, MethodNotAllowedError, NotFoundError, ProxyError
 from proxy.observability.access import fresh_request_id
 from proxy.observability.metrics import Exchange, Metrics, request_id_for
 from proxy.pipeline.headers import history_headers
@@ -47,8 +48,9 @@ from proxy.server.body import (
     read_body,
 )
 from proxy.server.caller import reachable_upstreams, resolve_identity
-from proxy.server.edge import Call, Edge, Outgoing, Relay, Whole, error_answer, scope_headers
+from proxy.server.edge import SURFACE_KEY, Call, Edge, Outgoing, Relay, Whole, error_answer, scope_headers
 from proxy.server.forwarded import forwarded_headers
+from proxy.server.gc_tuning import settle_gc
 from proxy.server.guard import CLIENT_CLOSED, RequestGuard
 from proxy.server.overflow import RETRY_HEADER, retry_if_overflow
 from proxy.server.protocol import HEAD_LIMITS
@@ -57,9 +59,6 @@ from proxy.summaries.cache import CachingSummarizer
 from proxy.summaries.store import summary_backend
 from proxy.upstream.client import Body, Upstreams
 from proxy.upstream.reply import UpstreamReply
-
-GC_YOUNG_THRESHOLD = 2000
-"""Allocations between young-generation collections once serving (Python's default: 700)."""
 
 log = logging.getLogger("history_proxy")
 
@@ -303,7 +302,11 @@ class _Proxy:
     # --- errors ------------------------------------------------------------------------------
 
     def error_answer(self, scope: Scope, exc: ProxyError) -> Whole:
-        """A ``ProxyError`` from any route in its surface's error shape, counted and logged once."""
+        """A ``ProxyError`` from any route in its surface's error shape, counted and logged once.
+
+        The shape is that of ``scope["state"][SURFACE_KEY]`` (a handler for another API surface sets
+        it first thing), else OpenAI's.
+        """
         exchange = scope.get("state", {}).get("exchange")
         if not isinstance(exchange, Exchange):
             exchange = None
@@ -313,7 +316,8 @@ class _Proxy:
             log.error("filter %s at %s failed (request %s)", exc.filter_type, exc.position, request_id)
         if exchange is not None:
             self.finish(exchange, exc.status_code)
-        return error_answer(exc, request_id)
+        surface = scope.get("state", {}).get(SURFACE_KEY, OPENAI)  # a surface's handler names itself
+        return error_answer(exc, request_id, surface)
 
     async def on_http_error(self, request: Request, exc: Exception) -> Response:
         """Starlette's own 404/405 become ``ProxyError``s, answered by the edge like every other."""
@@ -347,22 +351,6 @@ class _Proxy:
         if isinstance(exchange, Exchange):
             self.finish(exchange, status)
         return request_id
-
-
-def settle_gc() -> None:
-    """Once the app is ready: what startup built is never scanned again, and collections are rarer.
-
-    Frozen, the modules, config and token encodings stay out of every later collection. At Python's
-    default threshold the objects of the requests in flight (at concurrency 64, thousands) cross
-    it every few requests and are scanned each time; nearly all of them are freed without the
-    collector, so a higher threshold cuts the collections (about 7 % of the CPU per request at 700)
-    for a bounded wait of cyclic garbage. 2000, not more: 2000 and 5000 measured alike in CPU, and
-    the higher one holds more garbage (1,000 slow streams: 262 MB at 700, 270-292 at 2000, 290-296
-    at 5000, single runs that spread by about 20 MB).
-    """
-    gc.collect()  # garbage left by startup is collected, not frozen
-    gc.freeze()
-    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
 
 def create_app(config: Config, *, config_path: str | None = None, settle_gc: bool = False) -> Starlette:

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from proxy.server.reload import ServingState
 
 CHAT_PATH = "/v1/chat/completions"
+SURFACE_KEY = "surface"
+"""``scope["state"]`` key naming the API surface whose error shape a request's errors take."""
 
 
 class Call:

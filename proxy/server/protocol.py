@@ -65,7 +65,6 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self._in_head = True
         self._head_bytes = 0
-        self._head_lines = 0
         self._head_timer: asyncio.TimerHandle | None = None
         self._in_body = False
         self._body_at = 0.0
@@ -93,21 +92,13 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             if self._body_timer is None:
                 self._body_timer = self.loop.call_later(HEAD_LIMITS.body_timeout_s, self._body_timed_out)
 
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
-        self._head_lines = 0
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._head_lines += 1
-        if self._head_lines > HEAD_LIMITS.max_count:
+    def on_headers_complete(self) -> None:
+        self._end_head()
+        if len(self.headers) > HEAD_LIMITS.max_count:  # counted once: max_bytes already bounds memory
             self._refusal = HeadersTooLargeError(
                 f"the request has more than {HEAD_LIMITS.max_count} header lines (limits.max_headers)"
             )
             raise _HeadRefused
-        super().on_header(name, value)
-
-    def on_headers_complete(self) -> None:
-        self._end_head()
         self._in_body = True
         super().on_headers_complete()
 
