@@ -16,7 +16,9 @@ from proxy.errors import (
     ProxyError,
     render_error,
 )
-from proxy.server.edge import error_answer
+from proxy.server.app import create_app
+from proxy.server.edge import SURFACE_KEY, error_answer
+from tests.test_app import make_config
 
 
 def test_the_openai_shape_carries_message_type_param_and_code() -> None:
@@ -56,3 +58,14 @@ def test_an_error_answer_has_its_length_type_request_id_and_own_headers() -> Non
 def test_a_message_outside_ascii_is_utf8_json() -> None:
     body = render_error(InvalidRequestError("'modèle' ✓"))
     assert orjson.loads(body)["error"]["message"] == "'modèle' ✓"
+
+
+def test_the_app_answers_a_requests_errors_in_the_shape_of_the_surface_it_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(ERROR_SHAPES, "plain", lambda exc: {"oops": exc.message})
+    proxy = create_app(make_config()).state.proxy
+    named = {"type": "http", "headers": [], "state": {SURFACE_KEY: "plain"}}
+    unnamed = {"type": "http", "headers": [], "state": {}}
+    assert orjson.loads(proxy.error_answer(named, ForbiddenError("no")).body) == {"oops": "no"}
+    assert orjson.loads(proxy.error_answer(unnamed, ForbiddenError("no")).body)["error"]["message"] == "no"
