@@ -51,18 +51,6 @@ def _uvicorn_options() -> dict[str, str]:
     }
 
 
-def _proxy_http_options(config: Config) -> dict[str, Any]:
-    """The proxy's HTTP protocol: request heads bounded by ``limits`` (httptools or h11)."""
-    options: dict[str, Any] = dict(_uvicorn_options())
-    if options["http"] == "httptools":
-        from proxy.server.protocol import BoundedHttpToolsProtocol
-
-        options["http"] = BoundedHttpToolsProtocol
-    else:  # h11 bounds the head itself (431 past the size; no count or time limit)
-        options["h11_max_incomplete_event_size"] = config.limits.max_header_bytes
-    return options
-
-
 def _share_metrics_between_workers(workers: int) -> str | None:
     """With several workers, a fresh ``PROMETHEUS_MULTIPROC_DIR`` so ``/metrics`` sums them all.
 
@@ -83,6 +71,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from proxy.observability.logs import logging_config
+    from proxy.server.protocol import bounded_http
 
     os.environ[CONFIG_ENV] = str(config_path.resolve())
     if args.workers > 1:  # an admin reload in one worker restarts them all through this process
@@ -109,7 +98,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             log_config=logging_config(args.log_format, args.log_level),
             access_log=False,
             proxy_headers=False,  # the peer stays the TCP peer: trusted_proxies decides (server/forwarded.py)
-            **_proxy_http_options(config),
+            **{**_uvicorn_options(), **bounded_http(config.limits)},
         )
     finally:
         if metrics_dir is not None:

@@ -54,6 +54,11 @@ HEAD_LIMITS = HeadLimits()
 """The head limits of the app serving in this process."""
 
 
+def bounded_http(limits: LimitsConfig) -> dict[str, Any]:
+    """uvicorn's options for the proxy's server: this protocol (and, were h11 chosen, its head cap)."""
+    return {"http": BoundedHttpToolsProtocol, "h11_max_incomplete_event_size": limits.max_header_bytes}
+
+
 class _HeadRefused(Exception):
     """Raised from a parser callback to stop parsing a head that broke a limit."""
 
