@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
 from urllib.parse import unquote
 
-from starlette._utils import get_route_path
 from starlette.datastructures import URL
 from starlette.requests import ClientDisconnect, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -168,6 +167,13 @@ def error_answer(exc: ProxyError, request_id: str, surface: str = OPENAI) -> Who
     return answer
 
 
+def route_path(scope: Scope) -> str:
+    """The path below the root path, as Starlette's router matches it."""
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    return path[len(root) :] if root and path.startswith(root + "/") else path
+
+
 _UNSAFE_IN_RAW_PATH = (b"\\", b"%5c", b";", b"%3b", b"%00", b"%25")
 
 
@@ -231,7 +237,7 @@ class Edge:
 
         try:
             try:
-                if scope["method"] == "POST" and get_route_path(scope) == CHAT_PATH:
+                if scope["method"] == "POST" and route_path(scope) == CHAT_PATH:
                     await self._chat(scope, receive, tracking_send)
                 else:
                     check_path(scope)
