@@ -25,9 +25,9 @@ SOCKET_TIMEOUT_S = 15
 
 
 @contextlib.contextmanager
-def served(tmp_path: Path, limits: dict[str, Any] | None = None) -> Iterator[tuple[str, int]]:
+def served(tmp_path: Path, limits: dict[str, Any] | None = None, **doc: Any) -> Iterator[tuple[str, int]]:
     path = tmp_path / "proxy.yaml"
-    doc = {"upstreams": {"mock": {"base_url": "mock://"}}, "limits": limits or {}}
+    doc = {"upstreams": {"mock": {"base_url": "mock://"}}, "limits": limits or {}, **doc}
     path.write_text(json.dumps(doc), encoding="utf-8")
     with serving(path, tmp_path) as (url, _server):
         parts = urlsplit(url)
@@ -86,6 +86,25 @@ def test_endless_header_lines_are_431_and_the_connection_closed(tmp_path: Path) 
     error = error_of(answer)
     assert error["code"] == "request_headers_too_large" and "limits.max_header_bytes" in error["message"]
     assert b"connection: close" in answer.lower()
+
+
+def test_an_oversized_head_is_refused_before_auth_is_asked_for(tmp_path: Path) -> None:
+    keys = {"keys": [{"key": "sk-proxy-only-key", "tenant": "a"}]}
+    with served(tmp_path, {"max_header_bytes": 4096}, auth=keys) as address, connect(address) as sock:
+        pad = b"".join(b"X-Pad-%d: %s\r\n" % (i, b"p" * 100) for i in range(60))  # ~6.5 KB, no key
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: proxy\r\n" + pad + b"\r\n")
+        answer = read_answer(sock)
+    assert status_of(answer) == 431  # not 401: nothing past the head limit ran
+
+
+def test_a_small_head_sent_with_a_large_body_in_one_write_is_served(tmp_path: Path) -> None:
+    body = json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": "x" * 20000}]}).encode()
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: proxy\r\nContent-Type: application/json\r\n"
+    head += b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(body)
+    with served(tmp_path, {"max_header_bytes": 4096}) as address, connect(address) as sock:
+        sock.sendall(head + body)
+        answer = read_answer(sock)
+    assert status_of(answer) == 200
 
 
 def test_one_endless_header_value_is_431(tmp_path: Path) -> None:

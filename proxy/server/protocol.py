@@ -104,6 +104,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 f"the request has more than {HEAD_LIMITS.max_count} header lines (limits.max_headers)"
             )
             raise _HeadRefused
+        if self._head_bytes > HEAD_LIMITS.max_bytes and self._parsed_size() > HEAD_LIMITS.max_bytes:
+            self._refusal = self._too_large()  # a whole head over the limit that came in one read
+            raise _HeadRefused
         self._in_body = True
         super().on_headers_complete()
 
@@ -153,6 +156,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
+
+    def _parsed_size(self) -> int:
+        """The head's size as parsed: target, names and values with their separators."""
+        return len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
 
     def _too_large(self) -> HeadersTooLargeError:
         return HeadersTooLargeError(
