@@ -50,6 +50,7 @@ from proxy.server.reload import (
     authorize_admin,
     reload_on_sighup,
 )
+from proxy.server.surfaces import error_json, previewed, surface_routes
 from proxy.summaries.cache import CachingSummarizer
 from proxy.summaries.store import summary_backend
 from proxy.upstream.client import Body, Upstreams
@@ -182,11 +183,10 @@ class _Proxy(ServesState):
         body = parse_body(await read_body(call.headers, call.stream(), self.config.limits.max_body_bytes))
         names = self._route(body, exchange)
         exchange.upstream = None  # nothing is forwarded
-        result = exchange.result = await self.pipeline.run(body, identity, names[0])
+        sent, result = await previewed(self, call, body, identity, names[0])
+        exchange.result = result
         headers = {**history_headers(result, identity.role), "x-request-id": exchange.request_id}
-        content = encode_json(
-            {"body": result.body, "report": result.report}
-        )  # JSONResponse fails on "\ud800"
+        content = encode_json({"body": sent, "report": result.report})  # JSONResponse fails on "\ud800"
         response = Response(content, media_type="application/json", headers=headers)
         self.finish(exchange, 200)
         return response
@@ -297,7 +297,9 @@ class _Proxy(ServesState):
         if exchange is not None:
             self.finish(exchange, exc.status_code)
         return JSONResponse(
-            exc.body(), status_code=exc.status_code, headers={**exc.headers(), "x-request-id": request_id}
+            error_json(call.path, exc),
+            status_code=exc.status_code,
+            headers={**exc.headers(), "x-request-id": request_id},
         )
 
     async def on_http_error(self, request: Request, exc: Exception) -> Response:
@@ -362,6 +364,7 @@ def create_app(config: Config, *, config_path: str | None = None, settle_gc: boo
     routes = [
         Route(CHAT_PATH, proxy.chat_route, methods=["POST"]),
         Route("/v1/history/preview", proxy.preview, methods=["POST"]),
+        *surface_routes(proxy),
         Route(
             "/v1/{path:path}",
             proxy.forward,

@@ -15,7 +15,9 @@ def tenant_for_key(config: Config, token: str | None) -> str | None:
     if not config.auth.keys:
         return None
     if token is None:
-        raise AuthError("missing proxy key: send 'Authorization: Bearer <proxy key>'")
+        raise AuthError(
+            "missing proxy key: send 'Authorization: Bearer <proxy key>' or 'x-api-key: <proxy key>'"
+        )
     tenant = None
     given = token.encode()
     for entry in config.auth.keys:
@@ -29,7 +31,7 @@ def tenant_for_key(config: Config, token: str | None) -> str | None:
 def resolve_identity(config: Config, headers: Mapping[str, str]) -> Identity:
     """Read the caller from lower-cased request headers; raises 401/400 ``ProxyError``s."""
     ids = config.identity
-    tenant = tenant_for_key(config, bearer_token(headers))
+    tenant = tenant_for_key(config, bearer_token(headers) or headers.get("x-api-key") or None)
     role = read_header(headers, ids.role_header)
     return Identity(
         role=role or ids.default_role,
