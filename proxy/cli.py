@@ -134,6 +134,11 @@ def _add_caller_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--agent", metavar="NAME", help="caller's agent name")
     parser.add_argument("--phase", metavar="ID", help="current phase id")
     parser.add_argument("--tenant", metavar="T", help="tenant whose chain applies")
+    parser.add_argument(
+        "--api",
+        choices=("chat", "responses", "messages"),
+        help="the body's API: chat completions, Responses or Messages (default: detected from the body)",
+    )
 
 
 def _caller(args: argparse.Namespace, config: Config) -> Identity:
@@ -146,6 +151,7 @@ def cmd_preview(args: argparse.Namespace) -> int:
     from proxy.core.tokens import TokenCounters
     from proxy.errors import ProxyError
     from proxy.pipeline.run import Pipeline
+    from proxy.surfaces.shape import shape, surface_named
 
     config = _load(args.config)
     body = _read_body(args.file)
@@ -153,10 +159,11 @@ def cmd_preview(args: argparse.Namespace) -> int:
     model = body.get("model") if isinstance(body, dict) else None
     upstream = config.route(model if isinstance(model, str) else "")[0]
     try:
-        result = asyncio.run(Pipeline(config, TokenCounters()).run(body, identity, upstream))
+        surface = surface_named(args.api, body)
+        shaped = asyncio.run(shape(surface, Pipeline(config, TokenCounters()), body, identity, upstream))
     except ProxyError as exc:
         raise CommandError(f"the proxy would answer {exc.status_code}: {exc.message}") from None
-    print(json.dumps({"body": result.body, "report": result.report}, indent=2, ensure_ascii=False))
+    print(json.dumps({"body": shaped.body, "report": shaped.result.report}, indent=2, ensure_ascii=False))
     return 0
 
 
@@ -197,6 +204,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from proxy.devtools.replay_render import many_totals, render_html, render_many, render_text
     from proxy.errors import ProxyError
     from proxy.pipeline.run import Pipeline
+    from proxy.surfaces.shape import as_chat, surface_named
 
     config = _load(args.config)
     pricing = _pricing(args.pricing)
@@ -207,6 +215,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
     tokens = TokenCounters()
     for file in args.file:
         body = _read_body(file)
+        try:
+            body = as_chat(
+                surface_named(args.api, body), body
+            )  # a Responses or Messages body replays as its view
+        except ProxyError as exc:
+            raise CommandError(f"{file}: {exc.message}") from None
         messages = body.get("messages") if isinstance(body, dict) else None
         if args.tool_loops and not _is_tool_loop(messages, args.tool_loops):
             continue
@@ -307,7 +321,10 @@ def build_parser() -> argparse.ArgumentParser:
     preview = commands.add_parser(
         "preview",
         help="print a request body as it would be sent upstream, with its token report",
-        description="Filter a chat-completions request body and print {body, report}. Nothing is sent anywhere.",
+        description=(
+            "Filter a request body (chat completions, Responses or Messages: detected, or --api) and print "
+            "{body, report}. Nothing is sent anywhere."
+        ),
     )
     _add_caller_options(preview)
     preview.add_argument(
@@ -329,7 +346,10 @@ def build_parser() -> argparse.ArgumentParser:
         "file",
         metavar="FILE",
         nargs="+",
-        help="chat-completions request body holding the whole conversation; several: one line each and totals",
+        help=(
+            "request body holding the whole conversation (chat completions, Responses or Messages); "
+            "several: one line each and totals"
+        ),
     )
     replay_.add_argument(
         "--pricing",

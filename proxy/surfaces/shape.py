@@ -13,7 +13,7 @@ from proxy.core.identity import Identity
 from proxy.errors import InvalidRequestError
 from proxy.pipeline.run import Pipeline
 from proxy.surfaces import messages, responses
-from proxy.surfaces._view import Shaped, run_view, unfiltered
+from proxy.surfaces._view import REF, Shaped, run_view, unfiltered
 
 Surface = Literal["chat", "responses", "messages"]
 SURFACES: tuple[Surface, ...] = ("chat", "responses", "messages")
@@ -56,6 +56,15 @@ def surface_named(name: str | None, body: Any) -> Surface:
     if name not in SURFACES:
         raise InvalidRequestError(f"unknown api {name!r}: use one of {', '.join(SURFACES)}", param="api")
     return name
+
+
+def as_chat(surface: Surface, body: Any) -> Any:
+    """A body of any surface as a chat-completions body of its view (for replays); chat bodies as they are."""
+    if surface == "chat" or not isinstance(body, dict):
+        return body
+    view = (responses.to_view(body) if surface == "responses" else messages.to_view(body)).messages
+    plain = [{key: value for key, value in m.items() if key != REF} for m in view]
+    return {"model": body.get("model") or "", "messages": plain}
 
 
 async def shape(
