@@ -325,3 +325,13 @@ auth: {{keys: [{{key: proxy-key-a, tenant: team-a}}]}}
             anthropic.Anthropic(base_url=server.url, api_key="wrong", max_retries=0).messages.create(
                 model="claude-x", max_tokens=10, messages=[{"role": "user", "content": "hi"}]
             )
+
+
+def test_the_default_config_demos_every_surface_offline(tmp_path: Path) -> None:
+    for server in start("serve", log=tmp_path / "proxy.log", ready_path="/healthz"):
+        answer = oai(server, role="worker").responses.create(model="gpt-4o-mini", input="hello")
+        assert answer.output_text.startswith("mock: received 1 messages (user=1)")
+        with claude(server, role="worker").messages.stream(
+            model="claude-test-model", max_tokens=50, messages=[{"role": "user", "content": "hello"}]
+        ) as stream:
+            assert "".join(stream.text_stream).startswith("mock: received 1 messages (user=1)")
