@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from proxy.core.messages import ANNOTATION_KEYS, Message, leading_system_count, text_of
+from proxy.surfaces._view import compact_json
 
 VENDOR_KEYS = frozenset({"name", "reasoning_content", "refusal", "audio"})
 PNG = "iVBORw0KGgo="
@@ -31,9 +32,7 @@ def plain_chat(messages: list[Message]) -> list[Message]:
                     **call,
                     "function": {
                         **call["function"],
-                        "arguments": json.dumps(
-                            json.loads(call["function"]["arguments"]), separators=(",", ":"), sort_keys=True
-                        ),
+                        "arguments": compact_json(json.loads(call["function"]["arguments"])),
                     },
                 }
                 for call in plain["tool_calls"]

@@ -11,9 +11,13 @@ recipe never counts, and never reaches an upstream: only native items are sent.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from operator import is_
 from typing import Any
+
+import orjson
 
 from proxy.core.identity import Identity
 from proxy.core.messages import ANNOTATION_KEYS, Message, text_of
@@ -30,7 +34,7 @@ HISTORY_AT_PROVIDER = "history_at_provider"
 """The note of a request whose history lives at the provider (forwarded unfiltered)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Unit:
     """The native items one view message stands for; ``kind`` tells the adapter how to write them back."""
 
@@ -121,6 +125,19 @@ def without_annotations(item: Any) -> Any:
 def annotations_of(item: dict[str, Any]) -> dict[str, Any]:
     """The annotation keys a client put on a native item, for the view."""
     return {k: v for k, v in item.items() if k in ANNOTATION_KEYS}
+
+
+def unchanged(view: View, sent: Sequence[Message]) -> bool:
+    """Whether the chain handed back the view's own messages, all of them, in order (nothing to rebuild)."""
+    return len(sent) == len(view.messages) and all(map(is_, sent, view.messages))
+
+
+def compact_json(value: Any) -> str:
+    """``value`` as compact JSON with sorted keys (tool inputs and actions shown as call arguments)."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    except TypeError:  # integers past 64 bits, and the like
+        return json.dumps(value, separators=(",", ":"), sort_keys=True, default=str)
 
 
 def is_openai_model(model: str) -> bool:

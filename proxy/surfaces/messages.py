@@ -18,7 +18,6 @@ message saying that earlier messages were left out opens it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,7 +28,9 @@ from proxy.filters.cache_control import CacheControl
 from proxy.surfaces._view import (
     Unit,
     View,
+    compact_json,
     ref_of,
+    unchanged,
     view_content,
     view_part,
     without_annotations,
@@ -108,7 +109,7 @@ def _assistant_view(content: Any) -> Message:
             "type": "function",
             "function": {
                 "name": str(block.get("name", "")),
-                "arguments": json.dumps(block.get("input", {}), separators=(",", ":"), sort_keys=True),
+                "arguments": compact_json(block.get("input", {})),
             },
         }
         for block in content
@@ -124,7 +125,9 @@ def _assistant_view(content: Any) -> Message:
 
 def rebuild(body: dict[str, Any], view: View, sent: Sequence[Message]) -> dict[str, Any]:
     """The native request for the view messages the chain kept (``sent``, in order)."""
-    natives = message_list(body)
+    natives = body["messages"]  # checked by to_view
+    if unchanged(view, sent):
+        return body
     order: list[int | dict[str, Any]] = []  # native message positions, or messages a filter made
     pieces: dict[int, dict[int, Message]] = {}  # native position -> unit ref -> surviving view message
     system_kept: Message | None = None
@@ -312,9 +315,15 @@ def _role(message: dict[str, Any]) -> str:
 
 def _marks(value: Any) -> int:
     """The ``cache_control`` marks in tools, system blocks or messages (blocks and tool results inside)."""
-    if isinstance(value, dict):
-        own = 1 if value.get("cache_control") else 0
-        return own + sum(_marks(value.get(key)) for key in ("content",) if isinstance(value.get(key), list))
-    if isinstance(value, list):
-        return sum(_marks(item) for item in value)
-    return 0
+    if not isinstance(value, list):
+        return 0
+    count = 0
+    for item in value:
+        if item.__class__ is not dict:
+            continue
+        if item.get("cache_control"):
+            count += 1
+        content = item.get("content")
+        if content.__class__ is list:
+            count += _marks(content)
+    return count

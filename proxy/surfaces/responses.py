@@ -31,7 +31,9 @@ from proxy.surfaces._view import (
     Unit,
     View,
     annotations_of,
+    compact_json,
     ref_of,
+    unchanged,
     view_content,
     without_annotations,
     written_back,
@@ -88,7 +90,7 @@ def _call(item: dict[str, Any], kind: str) -> dict[str, Any]:
     elif kind == "custom_tool_call":
         arguments = item.get("input")
     else:
-        arguments = json.dumps(item.get("action", {}), separators=(",", ":"), sort_keys=True, default=str)
+        arguments = compact_json(item.get("action", {}))
     return {
         "id": str(item.get("call_id", "")),
         "type": "function",
@@ -187,7 +189,9 @@ def rebuild(body: dict[str, Any], view: View, sent: Sequence[Message]) -> dict[s
             if ref is not None and view.units[ref].kind == "input_string":
                 new_input = text_of(message.get("content")) if message.get("content") != raw else raw
         return {**body, "input": new_input} if new_input is not raw else body
-    items = input_items(body)
+    if unchanged(view, sent):
+        return body
+    items = body["input"]  # checked by to_view
     out: list[Any] = []
     for message in sent:
         ref = ref_of(message)
