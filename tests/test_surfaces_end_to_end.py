@@ -180,6 +180,7 @@ def test_responses_with_previous_response_id_go_unfiltered_with_a_note(
         model="gpt-4o-mini", input=body, previous_response_id="resp_1"
     )
     assert raw.headers["x-history-notes"] == "history_at_provider:previous_response_id"
+    assert raw.headers["x-history-filters"] == ""  # not counted as filtered
     assert recorder[0].last("/v1/responses")["body"]["input"] == body
 
 

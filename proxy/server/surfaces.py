@@ -84,11 +84,7 @@ async def surface_request(proxy: _Proxy, request: Request, surface: Surface, pat
     reply = await proxy.upstreams.open(
         call.method, path, query=call.query, headers=headers, names=names, body=content
     )
-    extra = history_headers(shaped.result, identity.role)
-    notes = shaped.result.report.get("notes")
-    if notes:
-        extra["x-history-notes"] = ",".join(str(note) for note in notes)
-    return await proxy._respond(reply, exchange, extra)
+    return await proxy._respond(reply, exchange, history_headers(shaped.result, identity.role))
 
 
 def surface_routes(proxy: _Proxy) -> list[Route]:

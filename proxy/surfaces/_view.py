@@ -188,7 +188,7 @@ def unfiltered(
         "before": side,
         "after": dict(side),
         "filters": [],
-        "notes": [note],
+        "notes": [*identity.notes, note],
         "mode": "enforce",
     }
     _annotate(report, model, surface)
