@@ -6,6 +6,7 @@ the upstream received as well as what the SDK parsed.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -336,3 +337,49 @@ def test_the_default_config_demos_every_surface_offline(tmp_path: Path) -> None:
             model="claude-test-model", max_tokens=50, messages=[{"role": "user", "content": "hello"}]
         ) as stream:
             assert "".join(stream.text_stream).startswith("mock: received 1 messages (user=1)")
+
+
+def test_the_openai_agents_sdk_runs_a_tool_loop_through_the_proxy(
+    proxy: Server, recorder: tuple[Recorder, str]
+) -> None:
+    from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
+
+    set_tracing_disabled(True)  # no trace upload: nothing leaves the machine
+    calls: list[str] = []
+
+    @function_tool
+    def get_weather() -> str:
+        """The weather."""
+        calls.append("get_weather")
+        return "sunny"
+
+    client = openai.AsyncOpenAI(
+        base_url=f"{proxy.url}/v1",
+        api_key="client-key",
+        max_retries=0,
+        default_headers={"X-Agent-Role": "trimmer"},
+    )
+    agent = Agent(
+        name="forecaster",
+        instructions="Answer about the weather.",
+        tools=[get_weather],
+        model=OpenAIResponsesModel(model="gpt-4o-mini", openai_client=client),
+    )
+    before = len(recorder[0].seen)
+
+    async def run() -> Any:
+        try:
+            return await Runner.run(agent, "use the weather tool")
+        finally:
+            await client.close()  # its connections belong to this event loop
+
+    result = asyncio.run(run())
+    assert calls == ["get_weather"]
+    assert str(result.final_output).startswith(
+        "mock: received 4 messages (system=1, user=1, assistant=1, tool=1)"
+    )
+    sent = [r for r in recorder[0].seen[before:] if r["path"] == "/v1/responses"]
+    assert len(sent) == 2
+    assert sent[0]["body"]["instructions"] == "Answer about the weather."
+    kinds = [item.get("type", "message") for item in sent[1]["body"]["input"]]
+    assert kinds == ["message", "function_call", "function_call_output"]
