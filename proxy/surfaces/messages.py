@@ -26,10 +26,10 @@ from proxy.core.messages import Message, text_of
 from proxy.errors import InvalidRequestError
 from proxy.filters.cache_control import CacheControl
 from proxy.surfaces._view import (
+    REF,
     Unit,
     View,
     compact_json,
-    ref_of,
     unchanged,
     view_content,
     view_part,
@@ -130,34 +130,43 @@ def rebuild(body: dict[str, Any], view: View, sent: Sequence[Message]) -> dict[s
         return body
     order: list[int | dict[str, Any]] = []  # native message positions, or messages a filter made
     pieces: dict[int, dict[int, Message]] = {}  # native position -> unit ref -> surviving view message
+    same: dict[int, int] = {}  # native position -> how many of its view messages came back untouched
     system_kept: Message | None = None
     extra_system: list[str] = []
+    units, originals = view.units, view.messages
     for message in sent:
-        ref = ref_of(message)
-        if ref is None:
+        ref = message.get(REF)
+        if ref.__class__ is not int:
             text = text_of(message.get("content"))
             if message.get("role") in ("system", "developer"):
                 extra_system.append(text)
             elif text and message.get("role") in ("user", "assistant"):
                 order.append({"role": message["role"], "content": [{"type": "text", "text": text}]})
             continue
-        unit = view.units[ref]
+        unit = units[ref]
         if unit.kind == "system":
             system_kept = message
             continue
-        if unit.index not in pieces:
-            pieces[unit.index] = {}
-            order.append(unit.index)
-        pieces[unit.index][ref] = message
+        index = unit.index
+        kept = pieces.get(index)
+        if kept is None:
+            kept = pieces[index] = {}
+            order.append(index)
+        kept[ref] = message
+        if message is originals[ref]:
+            same[index] = same.get(index, 0) + 1
     refs_of: dict[int, list[int]] = {}
-    for ref, unit in enumerate(view.units):
+    for ref, unit in enumerate(units):
         if unit.kind != "system":
             refs_of.setdefault(unit.index, []).append(ref)
     out: list[dict[str, Any]] = []
     for entry in order:
-        native = (
-            entry if isinstance(entry, dict) else _native(natives[entry], view, refs_of[entry], pieces[entry])
-        )
+        if isinstance(entry, dict):
+            native: dict[str, Any] | None = entry
+        elif same.get(entry) == len(refs_of[entry]):  # every view message of it untouched
+            native = without_annotations(natives[entry])
+        else:
+            native = _native(natives[entry], view, refs_of[entry], pieces[entry])
         if native is not None and native.get("content") not in ([], ""):
             out.append(native)
     if out and out[0].get("role") != "user":

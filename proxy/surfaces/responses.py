@@ -68,19 +68,24 @@ def provider_state(body: dict[str, Any]) -> str | None:
     return None
 
 
-def input_items(body: dict[str, Any]) -> list[dict[str, Any]]:
-    """The ``input`` list, checked: a 400 naming the first item that is not an object."""
+def input_items(body: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The ``input`` list, checked (a 400 naming the first item that is not an object), and its item types."""
     items = body.get("input")
     if isinstance(items, str):
-        return []
+        return [], []
     if not isinstance(items, list):
         raise InvalidRequestError("'input' must be a string or a list of input items", param="input")
+    kinds: list[str] = []
     for i, item in enumerate(items):
-        if not isinstance(item, dict):
+        if item.__class__ is not dict:
             raise InvalidRequestError(f"input[{i}] must be an object", param=f"input[{i}]")
-        if item_type(item) == "message" and not isinstance(item.get("role"), str):
+        kind = item.get("type")
+        if kind.__class__ is not str:
+            kind = "message" if "role" in item else ""
+        if kind == "message" and item.get("role").__class__ is not str:
             raise InvalidRequestError(f"input[{i}].role must be a string", param=f"input[{i}].role")
-    return items
+        kinds.append(kind)
+    return items, kinds
 
 
 def _call(item: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -118,11 +123,11 @@ def to_view(body: dict[str, Any]) -> View:
     if isinstance(raw, str):
         view.add({"role": "user", "content": raw}, Unit("input_string"))
         return view
-    items = input_items(body)
+    items, kinds = input_items(body)
     answered = {
         call_id
-        for item in items
-        if item_type(item).endswith("_output") and (call_id := output_call_id(item)) is not None
+        for item, kind in zip(items, kinds, strict=True)
+        if kind.endswith("_output") and (call_id := output_call_id(item)) is not None
     }
     step: _Step | None = None
 
@@ -143,7 +148,7 @@ def to_view(body: dict[str, Any]) -> View:
         step = None
 
     for i, item in enumerate(items):
-        kind = item_type(item)
+        kind = kinds[i]
         role = item.get("role")
         if kind == "message" and role != "assistant":
             close()
