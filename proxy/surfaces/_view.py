@@ -80,6 +80,8 @@ def view_part(part: Any) -> Any:
     if not isinstance(part, dict):
         return {"type": "unknown"}
     kind = part.get("type")
+    if kind.__class__ is not str:
+        return {"type": "unknown"}
     if kind in TEXT_TYPES and isinstance(part.get("text"), str):
         return {"type": "text", "text": part["text"]}
     if kind in IMAGE_TYPES:

@@ -39,7 +39,7 @@ from proxy.surfaces._view import (
 
 SURFACE = "messages"
 OMITTED = "(earlier messages were left out by history-proxy)"
-UNMARKABLE = frozenset({"thinking", "redacted_thinking"})
+UNMARKABLE = ("thinking", "redacted_thinking")  # a tuple: a hostile block type may be unhashable
 
 
 def message_list(body: dict[str, Any]) -> list[dict[str, Any]]:

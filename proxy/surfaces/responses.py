@@ -166,7 +166,10 @@ def to_view(body: dict[str, Any]) -> View:
             close()
             view.add({"role": "assistant", "content": f"({kind or 'item'})"}, Unit("opaque", i, opaque=True))
         else:  # assistant-side: a text message, reasoning, a call, a server-side tool item
-            is_call = kind in TOOL_CALLS or (kind.endswith("_call") and item.get("call_id") in answered)
+            call_id = item.get("call_id")
+            is_call = kind in TOOL_CALLS or (
+                kind.endswith("_call") and isinstance(call_id, str) and call_id in answered
+            )
             opens = step is None or (
                 (kind == "reasoning" or kind == "message") and (step.text_item is not None or step.calls)
             )

@@ -19,9 +19,16 @@ Surface = Literal["chat", "responses", "messages"]
 SURFACES: tuple[Surface, ...] = ("chat", "responses", "messages")
 PATHS: dict[Surface, str] = {"chat": "/chat/completions", "responses": "/responses", "messages": "/messages"}
 ANTHROPIC_ONLY_KEYS = frozenset({"system", "stop_sequences", "thinking", "top_k", "anthropic_version"})
-ANTHROPIC_BLOCKS = frozenset(
-    {"tool_use", "tool_result", "thinking", "redacted_thinking", "document", "image", "server_tool_use"}
+ANTHROPIC_BLOCKS = (
+    "tool_use",
+    "tool_result",
+    "thinking",
+    "redacted_thinking",
+    "document",
+    "image",
+    "server_tool_use",
 )
+"""A tuple, not a set: a hostile block ``type`` may be unhashable."""
 
 SPEAKS: dict[str, frozenset[Surface]] = {
     "openai": frozenset({"chat", "responses"}),
