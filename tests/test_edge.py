@@ -129,3 +129,46 @@ async def test_the_served_app_settles_the_garbage_collector_once_started(
     finally:
         gc.unfreeze()
         gc.set_threshold(*threshold)
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/responses", {"model": "gpt-4o", "input": "hi"}),
+        (
+            "/v1/messages",
+            {"model": "gpt-4o", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]},
+        ),
+    ],
+)
+async def test_under_a_root_path_the_surfaces_answer_as_on_the_fast_path(
+    mocked: respx.MockRouter, path: str, body: dict[str, Any]
+) -> None:
+    route = mocked.post(f"{MAIN}{path.removeprefix('/v1')}").mock(
+        return_value=httpx.Response(200, json={"ok": 1})
+    )
+    config = make_config()
+    app = create_app(
+        config.model_copy(
+            update={
+                "upstreams": {
+                    name: u.model_copy(update={"api": "anthropic"}) if path.endswith("messages") else u
+                    for name, u in config.upstreams.items()
+                }
+            }
+        )
+    )
+    answers: list[httpx.Response] = []
+    for root_path in ("", "/proxy"):
+        transport = httpx.ASGITransport(app=app, root_path=root_path)
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(transport=transport, base_url="http://p") as client,
+        ):
+            answers.append(
+                await client.post(f"{root_path}{path}", json=body, headers={"x-request-id": "same"})
+            )
+    fast, routed = answers
+    assert fast.status_code == routed.status_code == 200 and fast.json() == routed.json() == {"ok": 1}
+    assert fast.headers["x-history-role"] == routed.headers["x-history-role"]
+    assert route.call_count == 2

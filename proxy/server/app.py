@@ -50,7 +50,7 @@ from proxy.server.reload import (
     authorize_admin,
     reload_on_sighup,
 )
-from proxy.server.surfaces import error_json, previewed, surface_routes
+from proxy.server.surfaces import error_json, previewed, surface_call, surface_routes
 from proxy.summaries.cache import CachingSummarizer
 from proxy.summaries.store import summary_backend
 from proxy.upstream.client import Body, Upstreams
@@ -147,6 +147,10 @@ class _Proxy(ServesState):
         if retried is not None:
             reply, headers[RETRY_HEADER] = retried[0], str(retried[1])
         return await self._respond(reply, exchange, headers)
+
+    async def surface(self, call: Call) -> Answer:
+        """``POST /v1/responses``, ``/v1/messages`` and ``/v1/messages/count_tokens``."""
+        return await surface_call(self, call)
 
     async def _shaped(
         self, call: Call, exchange: Exchange, identity: Identity

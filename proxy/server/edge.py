@@ -22,6 +22,8 @@ from proxy.observability.access import Exchange
 from proxy.upstream.reply import UpstreamReply
 
 CHAT_PATH = "/v1/chat/completions"
+SURFACE_PATHS = frozenset({"/v1/responses", "/v1/messages", "/v1/messages/count_tokens"})
+"""The Responses and Messages routes, also past the router (:meth:`EdgeProxy.surface`)."""
 
 
 class Call:
@@ -144,6 +146,8 @@ class EdgeProxy(Protocol):
 
     async def chat_completions(self, call: Call) -> Answer: ...
 
+    async def surface(self, call: Call) -> Answer: ...
+
     def error_answer(self, call: Call, exc: ProxyError) -> Response: ...
 
     def on_unhandled(self, scope: Scope, exc: BaseException) -> str: ...
@@ -174,8 +178,11 @@ class Edge:
             await send(message)
 
         try:
-            if scope["path"] == CHAT_PATH and scope["method"] == "POST" and not scope.get("root_path"):
+            fast = scope["method"] == "POST" and not scope.get("root_path")
+            if fast and scope["path"] == CHAT_PATH:
                 await self._chat(scope, receive, tracking_send)
+            elif fast and scope["path"] in SURFACE_PATHS:
+                await self._chat(scope, receive, tracking_send, scope["path"])
             else:
                 await self.app(scope, receive, tracking_send)
         except Exception as exc:
@@ -189,13 +196,13 @@ class Edge:
                     scope, receive, send
                 )
 
-    async def _chat(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _chat(self, scope: Scope, receive: Receive, send: Send, surface: str | None = None) -> None:
         # the query string as Starlette reads it; there rarely is one, so its parser costs nothing here
         query = URL(scope=scope).query if scope.get("query_string") else ""
-        call = Call(scope, receive, CHAT_PATH, query)
+        call = Call(scope, receive, surface or CHAT_PATH, query)
         answer: Answer | Response
         try:
-            answer = await self.proxy.chat_completions(call)
+            answer = await (self.proxy.surface(call) if surface else self.proxy.chat_completions(call))
         except ProxyError as exc:
             answer = self.proxy.error_answer(call, exc)
         await answer(scope, receive, send)

@@ -11,6 +11,7 @@ Messages routes are written in Anthropic's error shape (:func:`anthropic_error_b
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
@@ -63,9 +64,17 @@ def check_speaks(proxy: _Proxy, surface: Surface, names: list[str]) -> None:
             )
 
 
-async def surface_request(proxy: _Proxy, request: Request, surface: Surface, path: str) -> Answer:
-    """One Responses or Messages request: shaped, forwarded, answered."""
-    call = Call.of(request)
+ROUTES: dict[str, tuple[Surface, str]] = {
+    "/v1/responses": ("responses", "/responses"),
+    "/v1/messages": ("messages", "/messages"),
+    "/v1/messages/count_tokens": ("messages", "/messages/count_tokens"),
+}
+"""Each route's surface and the upstream path it is forwarded to."""
+
+
+async def surface_call(proxy: _Proxy, call: Call, route: str | None = None) -> Answer:
+    """One Responses or Messages request on ``route`` (default ``call.path``): shaped, forwarded, answered."""
+    surface, path = ROUTES[route or call.path]
     exchange = proxy.begin(call)
     identity = proxy.identify(call, exchange)
     body = parse_body(await read_body(call.headers, call.stream(), proxy.config.limits.max_body_bytes))
@@ -90,20 +99,13 @@ async def surface_request(proxy: _Proxy, request: Request, surface: Surface, pat
 def surface_routes(proxy: _Proxy) -> list[Route]:
     """The routes of the Responses and Messages surfaces, for the app's router."""
 
-    async def responses(request: Request) -> Answer:
-        return await surface_request(proxy, request, "responses", "/responses")
+    def handler(route: str) -> Callable[[Request], Awaitable[Answer]]:
+        async def handle(request: Request) -> Answer:  # under a root path; otherwise the edge calls it
+            return await surface_call(proxy, Call.of(request), route)
 
-    async def messages(request: Request) -> Answer:
-        return await surface_request(proxy, request, "messages", "/messages")
+        return handle
 
-    async def count_tokens(request: Request) -> Answer:
-        return await surface_request(proxy, request, "messages", "/messages/count_tokens")
-
-    return [
-        Route("/v1/responses", responses, methods=["POST"]),
-        Route("/v1/messages", messages, methods=["POST"]),
-        Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
-    ]
+    return [Route(route, handler(route), methods=["POST"]) for route in ROUTES]
 
 
 async def previewed(
