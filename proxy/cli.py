@@ -134,11 +134,7 @@ def _add_caller_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--agent", metavar="NAME", help="caller's agent name")
     parser.add_argument("--phase", metavar="ID", help="current phase id")
     parser.add_argument("--tenant", metavar="T", help="tenant whose chain applies")
-    parser.add_argument(
-        "--api",
-        choices=("chat", "responses", "messages"),
-        help="the body's API: chat completions, Responses or Messages (default: detected from the body)",
-    )
+    parser.add_argument("--api", choices=["chat", "responses", "messages"], help="default: detected")
 
 
 def _caller(args: argparse.Namespace, config: Config) -> Identity:
@@ -151,16 +147,13 @@ def cmd_preview(args: argparse.Namespace) -> int:
     from proxy.core.tokens import TokenCounters
     from proxy.errors import ProxyError
     from proxy.pipeline.run import Pipeline
-    from proxy.surfaces.shape import shape, surface_named
+    from proxy.surfaces.shape import preview
 
     config = _load(args.config)
     body = _read_body(args.file)
-    identity = _caller(args, config)
-    model = body.get("model") if isinstance(body, dict) else None
-    upstream = config.route(model if isinstance(model, str) else "")[0]
+    pipeline = Pipeline(config, TokenCounters())
     try:
-        surface = surface_named(args.api, body)
-        shaped = asyncio.run(shape(surface, Pipeline(config, TokenCounters()), body, identity, upstream))
+        shaped = asyncio.run(preview(pipeline, body, _caller(args, config), args.api))
     except ProxyError as exc:
         raise CommandError(f"the proxy would answer {exc.status_code}: {exc.message}") from None
     print(json.dumps({"body": shaped.body, "report": shaped.result.report}, indent=2, ensure_ascii=False))
@@ -215,10 +208,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     tokens = TokenCounters()
     for file in args.file:
         body = _read_body(file)
-        try:
-            body = as_chat(
-                surface_named(args.api, body), body
-            )  # a Responses or Messages body replays as its view
+        try:  # a Responses or Messages body replays as its view
+            body = as_chat(surface_named(args.api, body), body)
         except ProxyError as exc:
             raise CommandError(f"{file}: {exc.message}") from None
         messages = body.get("messages") if isinstance(body, dict) else None
@@ -321,10 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     preview = commands.add_parser(
         "preview",
         help="print a request body as it would be sent upstream, with its token report",
-        description=(
-            "Filter a request body (chat completions, Responses or Messages: detected, or --api) and print "
-            "{body, report}. Nothing is sent anywhere."
-        ),
+        description="Filter a chat, Responses or Messages body and print {body, report}. Nothing is sent anywhere.",
     )
     _add_caller_options(preview)
     preview.add_argument(
@@ -346,10 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
         "file",
         metavar="FILE",
         nargs="+",
-        help=(
-            "request body holding the whole conversation (chat completions, Responses or Messages); "
-            "several: one line each and totals"
-        ),
+        help="a chat, Responses or Messages body holding the whole conversation; several: a line each, totals",
     )
     replay_.add_argument(
         "--pricing",

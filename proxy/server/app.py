@@ -148,9 +148,7 @@ class _Proxy(ServesState):
             reply, headers[RETRY_HEADER] = retried[0], str(retried[1])
         return await self._respond(reply, exchange, headers)
 
-    async def surface(self, call: Call) -> Answer:
-        """``POST /v1/responses``, ``/v1/messages`` and ``/v1/messages/count_tokens``."""
-        return await surface_call(self, call)
+    surface = surface_call  # POST /v1/responses, /v1/messages, /v1/messages/count_tokens
 
     async def _shaped(
         self, call: Call, exchange: Exchange, identity: Identity

@@ -74,6 +74,13 @@ def as_chat(surface: Surface, body: Any) -> Any:
     return {"model": body.get("model") or "", "messages": plain}
 
 
+async def preview(pipeline: Pipeline, body: Any, identity: Identity, api: str | None = None) -> Shaped:
+    """``body`` (of the surface ``api``, or detected) after the caller's chain, routed by its model."""
+    model = body.get("model") if isinstance(body, dict) else None
+    upstream = pipeline.config.route(model if isinstance(model, str) else "")[0]
+    return await shape(surface_named(api, body), pipeline, body, identity, upstream)
+
+
 async def shape(
     surface: Surface, pipeline: Pipeline, body: Any, identity: Identity, upstream: str | None
 ) -> Shaped:
