@@ -160,7 +160,8 @@ class UpstreamProtocol(asyncio.Protocol):
     def on_message_complete(self) -> None:
         method = self._parser.get_method()
         path = self._url.split(b"?", 1)[0]
-        if method == b"POST" and path.endswith(b"/chat/completions"):
+        # the proxy relays answers raw, so one answer serves every surface it forwards
+        if method == b"POST" and path.endswith((b"/chat/completions", b"/responses", b"/messages")):
             if STREAM_FLAG.search(self._body):
                 chunks = self._chunks if self._chunks is not None else self._shape.chunks
                 delay = self._delay_ms if self._delay_ms is not None else self._shape.delay_ms

@@ -69,6 +69,12 @@ def summarise_cell(segments: dict[str, list[dict[str, Any]]], stream: bool) -> d
     return figures
 
 
+def _target_label(name: str) -> str:
+    """``history-proxy/worker/messages`` -> ``history-proxy /v1/messages`` (the chain has its own column)."""
+    parts = name.split("/")
+    return f"{parts[0]} /v1/{parts[2]}" if len(parts) > 2 else parts[0]
+
+
 def _number(value: Any, digits: int = 2, signed: bool = False) -> str:
     if not isinstance(value, float | int) or math.isnan(value):
         return "-"
@@ -93,7 +99,8 @@ def markdown_table(cells: Sequence[dict[str, Any]]) -> str:
                 continue
             rows.append(
                 f"| {cell['messages']} | {'stream' if cell['stream'] else 'non-stream'} | {cell['concurrency']} "
-                f"| {name.split('/')[0]} | {entry.get('chain') or '-'} | {_number(entry.get('added_p50_ms'), 2, True)} "
+                f"| {_target_label(name)} | {entry.get('chain') or '-'} "
+                f"| {_number(entry.get('added_p50_ms'), 2, True)} "
                 f"| {_number(entry.get('added_p99_ms'), 2, True)} "
                 f"| {_number(entry.get('added_ttfb_p50_ms'), 2, True) if cell['stream'] else '-'} "
                 f"| {_number(entry.get('throughput_rps'), 0)} | {_number(direct.get('throughput_rps'), 0)} "

@@ -45,6 +45,9 @@ WORKER_CHAIN = [
 ]
 QUICK_CELLS = ("100-nonstream-c1", "100-stream-c1", "20-nonstream-c64")
 SLOW_MODEL = "bench-slow"
+CLAUDE = "-claude"
+"""Model suffix of the Messages surface's requests (routed to the ``api: anthropic`` upstreams)."""
+SURFACE_PATHS = ("/v1/responses", "/v1/messages")
 MAX_SEGMENT_SECONDS = 60.0
 RSS_SAMPLE_S = 0.1
 
@@ -74,6 +77,21 @@ def select_cells(patterns: Sequence[str]) -> list[Cell]:
     return chosen
 
 
+def surface_body(path: str, chat: dict[str, Any]) -> dict[str, Any]:
+    """The same conversation as a Responses or Messages request (a reasoning item or a signed thinking
+    block on every third assistant step), for the surface cells."""
+    from tests.surface_bodies import anthropic_chat, messages_body, plain_chat, responses_body
+
+    extras = [1, 0, 0]
+    if path.endswith("/responses"):
+        body = responses_body(plain_chat(chat["messages"]), extras)
+        model = chat["model"]
+    else:
+        body = messages_body(anthropic_chat(chat["messages"]), extras)
+        model = chat["model"] + CLAUDE
+    return {**body, "model": model, **({"stream": True} if chat.get("stream") else {})}
+
+
 def proxy_config(upstream_port: int, slow_port: int) -> dict[str, Any]:
     """The proxy config under test: both chains, a plain and a cache-marking upstream, a slow one."""
     base = f"http://{procs.LOOPBACK}:{upstream_port}/v1"
@@ -82,9 +100,13 @@ def proxy_config(upstream_port: int, slow_port: int) -> dict[str, Any]:
             "plain": {"base_url": base},
             "cached": {"base_url": base, "cache_control": True},
             "slow": {"base_url": f"http://{procs.LOOPBACK}:{slow_port}/v1"},
+            "plain-anthropic": {"base_url": base, "api": "anthropic"},  # the Messages surface
+            "cached-anthropic": {"base_url": base, "api": "anthropic", "cache_control": True},
         },
         "routes": [
             {"model": "bench-cached", "upstream": "cached"},
+            {"model": f"bench-plain{CLAUDE}", "upstream": "plain-anthropic"},
+            {"model": f"bench-cached{CLAUDE}", "upstream": "cached-anthropic"},
             {"model": SLOW_MODEL, "upstream": "slow"},
         ],
         "identity": {"default_role": "passthrough"},
@@ -118,6 +140,12 @@ class Runner:
                     f"history-proxy/{chain}", procs.LOOPBACK, self.proxy_port, headers=spec["headers"]
                 )
                 self.targets.append((target, chain, proxy))
+                for path in SURFACE_PATHS if self.args.surfaces else ():
+                    name = f"history-proxy/{chain}{path.removeprefix('/v1')}"
+                    surface = Target(
+                        name, procs.LOOPBACK, self.proxy_port, path=path, headers=spec["headers"]
+                    )
+                    self.targets.append((surface, chain, proxy))
         if self.args.floor:
             self.targets.append(self._floor(proxy_cpus))
         if self.args.peers:
@@ -232,7 +260,10 @@ class Runner:
 
     def request_for(self, target: Target, chain: str | None, messages: int, stream: bool) -> bytes:
         model = CHAINS[chain or "passthrough"]["model"]
-        return build_request(target, encode(synthetic_body(messages, stream=stream, model=model)))
+        body = synthetic_body(messages, stream=stream, model=model)
+        if target.path in SURFACE_PATHS:
+            body = surface_body(target.path, body)
+        return build_request(target, encode(body))
 
     async def segment(
         self,
@@ -411,6 +442,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--floor",
         action="store_true",
         help="also run bench/floor.py: uvicorn + orjson + the proxy's transport, nothing else (the floor)",
+    )
+    parser.add_argument(
+        "--surfaces",
+        action="store_true",
+        help="also send each chain's requests as Responses and Messages requests (/v1/responses, /v1/messages)",
     )
     parser.add_argument("--no-pin", action="store_true", help="do not pin processes to cores")
     parser.add_argument("--results", type=Path, default=RESULTS_DIR, help="where result files go")

@@ -97,7 +97,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
             # every worker formats uvicorn's lines and ours alike; our access line replaces uvicorn's
             log_config=logging_config(args.log_format, args.log_level),
             access_log=False,
-            proxy_headers=False,  # the peer stays the TCP peer: trusted_proxies decides (server/forwarded.py)
             **{**_uvicorn_options(), **bounded_http(config.limits)},
         )
     finally:
@@ -135,6 +134,7 @@ def _add_caller_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--agent", metavar="NAME", help="caller's agent name")
     parser.add_argument("--phase", metavar="ID", help="current phase id")
     parser.add_argument("--tenant", metavar="T", help="tenant whose chain applies")
+    parser.add_argument("--api", choices=["chat", "responses", "messages"], help="default: detected")
 
 
 def _caller(args: argparse.Namespace, config: Config) -> Identity:
@@ -147,17 +147,16 @@ def cmd_preview(args: argparse.Namespace) -> int:
     from proxy.core.tokens import TokenCounters
     from proxy.errors import ProxyError
     from proxy.pipeline.run import Pipeline
+    from proxy.surfaces.shape import preview
 
     config = _load(args.config)
     body = _read_body(args.file)
-    identity = _caller(args, config)
-    model = body.get("model") if isinstance(body, dict) else None
-    upstream = config.route(model if isinstance(model, str) else "")[0]
+    pipeline = Pipeline(config, TokenCounters())
     try:
-        result = asyncio.run(Pipeline(config, TokenCounters()).run(body, identity, upstream))
+        shaped = asyncio.run(preview(pipeline, body, _caller(args, config), args.api))
     except ProxyError as exc:
         raise CommandError(f"the proxy would answer {exc.status_code}: {exc.message}") from None
-    print(json.dumps({"body": result.body, "report": result.report}, indent=2, ensure_ascii=False))
+    print(json.dumps({"body": shaped.body, "report": shaped.result.report}, indent=2, ensure_ascii=False))
     return 0
 
 
@@ -198,6 +197,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from proxy.devtools.replay_render import many_totals, render_html, render_many, render_text
     from proxy.errors import ProxyError
     from proxy.pipeline.run import Pipeline
+    from proxy.surfaces.shape import as_chat, surface_named
 
     config = _load(args.config)
     pricing = _pricing(args.pricing)
@@ -208,6 +208,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
     tokens = TokenCounters()
     for file in args.file:
         body = _read_body(file)
+        try:  # a Responses or Messages body replays as its view
+            body = as_chat(surface_named(args.api, body), body)
+        except ProxyError as exc:
+            raise CommandError(f"{file}: {exc.message}") from None
         messages = body.get("messages") if isinstance(body, dict) else None
         if args.tool_loops and not _is_tool_loop(messages, args.tool_loops):
             continue
@@ -308,7 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     preview = commands.add_parser(
         "preview",
         help="print a request body as it would be sent upstream, with its token report",
-        description="Filter a chat-completions request body and print {body, report}. Nothing is sent anywhere.",
+        description="Filter a chat, Responses or Messages body and print {body, report}. Nothing is sent anywhere.",
     )
     _add_caller_options(preview)
     preview.add_argument(
@@ -330,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
         "file",
         metavar="FILE",
         nargs="+",
-        help="chat-completions request body holding the whole conversation; several: one line each and totals",
+        help="a chat, Responses or Messages body holding the whole conversation; several: a line each, totals",
     )
     replay_.add_argument(
         "--pricing",

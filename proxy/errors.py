@@ -29,7 +29,9 @@ from typing import Any
 import orjson
 
 OPENAI = "openai"
-"""The OpenAI API surface (``/v1/chat/completions`` and everything forwarded under ``/v1/``)."""
+"""The OpenAI API surface (``/v1/chat/completions``, ``/v1/responses``, everything forwarded under ``/v1/``)."""
+ANTHROPIC = "anthropic"
+"""The Anthropic Messages surface (``/v1/messages``)."""
 
 
 class ProxyError(Exception):
@@ -156,10 +158,26 @@ def openai_error(exc: ProxyError) -> dict[str, Any]:
     return {"error": {"message": exc.message, "type": exc.error_type, "param": exc.param, "code": exc.code}}
 
 
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+}
+
+
+def anthropic_error(exc: ProxyError) -> dict[str, Any]:
+    """``{"type": "error", "error": {"type", "message"}}`` as the Anthropic API answers errors."""
+    error_type = _ANTHROPIC_TYPES.get(exc.status_code, "api_error")
+    return {"type": "error", "error": {"type": error_type, "message": exc.message}}
+
+
 ErrorShape = Callable[[ProxyError], dict[str, Any]]
 """Renders one error as a surface's JSON error body."""
 
-ERROR_SHAPES: dict[str, ErrorShape] = {OPENAI: openai_error}
+ERROR_SHAPES: dict[str, ErrorShape] = {OPENAI: openai_error, ANTHROPIC: anthropic_error}
 """Error shape per API surface; a surface registers its own renderer here."""
 
 

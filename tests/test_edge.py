@@ -164,3 +164,46 @@ async def test_plain_paths_with_colons_dots_and_dashes_are_forwarded(mocked: res
     async with serve(make_config()) as client:
         response = await client.get("/v1/models/ft:gpt-4o-mini:org:custom.v1")
     assert response.status_code == 200 and route.called
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/responses", {"model": "gpt-4o", "input": "hi"}),
+        (
+            "/v1/messages",
+            {"model": "gpt-4o", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]},
+        ),
+    ],
+)
+async def test_under_a_root_path_the_surfaces_answer_as_on_the_fast_path(
+    mocked: respx.MockRouter, path: str, body: dict[str, Any]
+) -> None:
+    route = mocked.post(f"{MAIN}{path.removeprefix('/v1')}").mock(
+        return_value=httpx.Response(200, json={"ok": 1})
+    )
+    config = make_config()
+    app = create_app(
+        config.model_copy(
+            update={
+                "upstreams": {
+                    name: u.model_copy(update={"api": "anthropic"}) if path.endswith("messages") else u
+                    for name, u in config.upstreams.items()
+                }
+            }
+        )
+    )
+    answers: list[httpx.Response] = []
+    for root_path in ("", "/proxy"):
+        transport = httpx.ASGITransport(app=app, root_path=root_path)
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(transport=transport, base_url="http://p") as client,
+        ):
+            answers.append(
+                await client.post(f"{root_path}{path}", json=body, headers={"x-request-id": "same"})
+            )
+    fast, routed = answers
+    assert fast.status_code == routed.status_code == 200 and fast.json() == routed.json() == {"ok": 1}
+    assert fast.headers["x-history-role"] == routed.headers["x-history-role"]
+    assert route.call_count == 2

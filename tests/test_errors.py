@@ -17,7 +17,7 @@ from proxy.errors import (
     render_error,
 )
 from proxy.server.app import create_app
-from proxy.server.edge import SURFACE_KEY, error_answer
+from proxy.server.edge import error_answer
 from tests.test_app import make_config
 
 
@@ -60,12 +60,17 @@ def test_a_message_outside_ascii_is_utf8_json() -> None:
     assert orjson.loads(body)["error"]["message"] == "'modèle' ✓"
 
 
-def test_the_app_answers_a_requests_errors_in_the_shape_of_the_surface_it_names(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setitem(ERROR_SHAPES, "plain", lambda exc: {"oops": exc.message})
+def test_the_app_answers_errors_in_the_shape_of_the_surface_the_path_belongs_to() -> None:
     proxy = create_app(make_config()).state.proxy
-    named = {"type": "http", "headers": [], "state": {SURFACE_KEY: "plain"}}
-    unnamed = {"type": "http", "headers": [], "state": {}}
-    assert orjson.loads(proxy.error_answer(named, ForbiddenError("no")).body) == {"oops": "no"}
-    assert orjson.loads(proxy.error_answer(unnamed, ForbiddenError("no")).body)["error"]["message"] == "no"
+
+    def scope(path: str, root_path: str = "") -> dict[str, Any]:
+        return {"type": "http", "path": root_path + path, "root_path": root_path, "headers": [], "state": {}}
+
+    for messages in (scope("/v1/messages"), scope("/v1/messages/count_tokens", "/proxy")):
+        body = orjson.loads(proxy.error_answer(messages, ForbiddenError("no")).body)
+        assert body == {"type": "error", "error": {"type": "permission_error", "message": "no"}}
+    for openai in (scope("/v1/responses"), scope("/v1/chat/completions", "/proxy"), scope("/v1/models")):
+        assert (
+            orjson.loads(proxy.error_answer(openai, ForbiddenError("no")).body)["error"]["code"]
+            == "forbidden"
+        )

@@ -67,6 +67,21 @@ def test_the_tap_keeps_anthropics_input_when_message_delta_reports_output_only()
     assert tap.close() == CacheUsage(2000, 1800, 179)
 
 
+def test_the_tap_reads_the_responses_api_completed_event() -> None:
+    usage = {"input_tokens": 3000, "input_tokens_details": {"cached_tokens": 2048}, "output_tokens": 9}
+    body = (
+        b"event: response.created\ndata: "
+        + json.dumps({"type": "response.created", "response": {"id": "r", "usage": None}}).encode()
+        + b"\n\nevent: response.completed\ndata: "
+        + json.dumps({"type": "response.completed", "response": {"id": "r", "usage": usage}}).encode()
+        + b"\n\n"
+    )
+    tap = UsageTap()
+    for i in range(0, len(body), 11):
+        tap.feed(body[i : i + 11])
+    assert tap.close() == CacheUsage(3000, 2048)
+
+
 def test_the_tap_reads_a_json_answer_relayed_in_pieces_from_its_end() -> None:
     body = json.dumps({**COMPLETION, "choices": [{"text": "x" * 20000}], "usage": OPENAI_USAGE}).encode()
     tap = UsageTap(sse=False)

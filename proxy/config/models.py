@@ -56,6 +56,9 @@ class UpstreamConfig(StrictModel):
     errors are always retried and fallbacks always tried."""
     forward_identity: bool = False
     """Send the identity headers (``identity.*_header``) on to this upstream; by default they stay here."""
+    api: Literal["openai", "anthropic"] = "openai"
+    """The API it speaks: ``openai`` (chat completions, Responses) or ``anthropic`` (Messages, and
+    OpenAI-compatible chat completions; the key is sent as ``x-api-key``)."""
 
     @field_validator("base_url")
     @classmethod

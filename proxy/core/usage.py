@@ -59,13 +59,18 @@ def usage_of(usage: Any) -> CacheUsage | None:
 
 
 def usage_of_answer(answer: Any) -> CacheUsage | None:
-    """The usage of a JSON answer or of one stream event (``message_start`` nests it in ``message``)."""
+    """The usage of a JSON answer or of one stream event.
+
+    Anthropic's ``message_start`` nests it in ``message``; the Responses API's ``response.completed``
+    event in ``response``.
+    """
     if not isinstance(answer, dict):
         return None
     found = usage_of(answer.get("usage"))
-    message = answer.get("message")
-    if found is None and isinstance(message, dict):
-        found = usage_of(message.get("usage"))
+    for wrapper in ("message", "response"):
+        inner = answer.get(wrapper)
+        if found is None and isinstance(inner, dict):
+            found = usage_of(inner.get("usage"))
     return found
 
 

@@ -1,6 +1,7 @@
 """The built-in fake OpenAI upstream: answers say what they received, so demos and tests run offline.
 
-Routes (also served without the ``/v1`` prefix, for ``mock://`` upstreams):
+Routes (also served without the ``/v1`` prefix, for ``mock://`` upstreams); ``/v1/responses`` and
+``/v1/messages`` (+ ``count_tokens``) are in :mod:`proxy.devtools.mock_surfaces`:
 
 - ``POST /v1/chat/completions``: a ``chat.completion`` (or, with ``stream: true``, SSE
   ``chat.completion.chunk`` events ending with ``data: [DONE]``) whose content reads
@@ -326,11 +327,17 @@ def create_mock_app(
     pause between them; ``first_byte_delay_s``: the wait before any answer (``x-mock-delay-ms``
     overrides it per request).
     """
+    from proxy.devtools.mock_surfaces import MockSurfaces
+
     mock = MockUpstream(chunks=chunks, chunk_delay_s=chunk_delay_s, first_byte_delay_s=first_byte_delay_s)
+    surfaces = MockSurfaces(chunks=chunks, chunk_delay_s=chunk_delay_s, first_byte_delay_s=first_byte_delay_s)
     routes = [Route("/healthz", mock.healthz, methods=["GET"])]
     for prefix in ("/v1", ""):
         routes += [
             Route(f"{prefix}/chat/completions", mock.chat_completions, methods=["POST"]),
+            Route(f"{prefix}/responses", surfaces.responses, methods=["POST"]),
+            Route(f"{prefix}/messages", surfaces.messages, methods=["POST"]),
+            Route(f"{prefix}/messages/count_tokens", surfaces.count_tokens, methods=["POST"]),
             Route(f"{prefix}/models", mock.models, methods=["GET"]),
         ]
     routes.append(Route("/{path:path}", mock.not_found, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]))

@@ -20,7 +20,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from proxy.core.cost import CacheSimulator, Pricing
+from proxy.core.cost import CacheSimulator, Pricing, shared_prefix
 from proxy.core.identity import Identity
 from proxy.core.messages import Message
 from proxy.errors import ProxyError
@@ -154,16 +154,6 @@ def _without_marks(message: Message) -> str:
     return json.dumps(clean, sort_keys=True, ensure_ascii=False)
 
 
-def common_prefix_length(previous: list[str], current: list[str]) -> int:
-    """How many leading messages two requests share byte for byte."""
-    n = 0
-    for a, b in zip(previous, current, strict=False):
-        if a != b:
-            break
-        n += 1
-    return n
-
-
 async def replay(
     pipeline: Pipeline, body: dict[str, Any], identity: Identity, pricing: Pricing | None = None
 ) -> ReplayResult:
@@ -194,7 +184,7 @@ async def replay(
         chain, mode = result.report["chain"], result.mode
         sent = result.filtered_messages
         keys = [_without_marks(m) for m in sent]
-        shared = common_prefix_length(previous, keys)
+        shared = shared_prefix(previous, keys)
         per_message = [counter.message(m) for m in sent]
         priced = billed.send(keys, per_message, result.tokens_after)
         for m in messages[len(original_keys) : end]:

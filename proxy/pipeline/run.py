@@ -189,9 +189,18 @@ class Pipeline:
         return config.price_model if config else None
 
     async def run(
-        self, body: dict[str, Any], identity: Identity, upstream: str | None = None
+        self,
+        body: dict[str, Any],
+        identity: Identity,
+        upstream: str | None = None,
+        *,
+        cache_marks: bool = True,
     ) -> PipelineResult:
-        """Filter ``body`` for ``identity``; raises ``InvalidRequestError`` or ``FilterError``."""
+        """Filter ``body`` for ``identity``; raises ``InvalidRequestError`` or ``FilterError``.
+
+        ``cache_marks=False``: leave the ``cache_control`` slot to the caller (a surface adapter
+        places native marks itself).
+        """
         started = time.perf_counter()
         original: list[Message] = message_list(body)
         if len(original) > self.config.limits.max_messages:
@@ -244,7 +253,7 @@ class Pipeline:
         forwarded = strip_annotations(messages)
         slot = self.config.cache_control
         target = self.config.upstreams.get(upstream or "")
-        if slot is not None and target is not None and target.cache_control:
+        if cache_marks and slot is not None and target is not None and target.cache_control:
             forwarded = slot.apply(forwarded, ctx)
 
         if _same_messages(forwarded, original):  # nothing changed: the same figures, counted once

@@ -33,7 +33,7 @@ from proxy.config.loading import ConfigError, load_config, summary
 from proxy.config.models import CONFIG_ENV, Config
 from proxy.core.identity import Identity
 from proxy.core.tokens import TokenCounters
-from proxy.errors import OPENAI, FilterError, MethodNotAllowedError, NotFoundError, ProxyError
+from proxy.errors import FilterError, MethodNotAllowedError, NotFoundError, ProxyError
 from proxy.observability.access import fresh_request_id
 from proxy.observability.metrics import Exchange, Metrics, request_id_for
 from proxy.pipeline.headers import history_headers
@@ -48,19 +48,21 @@ from proxy.server.body import (
     read_body,
 )
 from proxy.server.caller import reachable_upstreams, resolve_identity
-from proxy.server.edge import SURFACE_KEY, Call, Edge, Outgoing, Relay, Whole, error_answer, scope_headers
+from proxy.server.edge import Call, Edge, Outgoing, Relay, Whole, error_answer, route_path, scope_headers
 from proxy.server.forwarded import forwarded_headers
 from proxy.server.gc_tuning import settle_gc
 from proxy.server.guard import CLIENT_CLOSED, RequestGuard
 from proxy.server.overflow import RETRY_HEADER, retry_if_overflow
 from proxy.server.protocol import HEAD_LIMITS
 from proxy.server.reload import Reloader, ServingState, StateSwitch, authorize_admin, reload_on_sighup
+from proxy.server.surfaces import error_surface, previewed, surface_call
 from proxy.summaries.cache import CachingSummarizer
 from proxy.summaries.store import summary_backend
 from proxy.upstream.client import Body, Upstreams
 from proxy.upstream.reply import UpstreamReply
 
 log = logging.getLogger("history_proxy")
+Headers = list[tuple[str, str]] | None
 
 
 class _Proxy:
@@ -147,6 +149,8 @@ class _Proxy:
             reply, headers[RETRY_HEADER] = retried[0], str(retried[1])
         return await self._respond(reply, exchange, headers)
 
+    surface = surface_call  # POST /v1/responses, /v1/messages, /v1/messages/count_tokens
+
     async def _shaped(
         self, call: Call, exchange: Exchange, identity: Identity
     ) -> tuple[list[str], Body, PipelineResult]:
@@ -189,11 +193,10 @@ class _Proxy:
         )
         names = self._route(call, body, exchange, forwarded=False)
         exchange.upstream = None  # nothing is forwarded
-        result = exchange.result = await call.state.pipeline.run(body, identity, names[0])
+        sent, result = await previewed(call, body, identity, names[0])
+        exchange.result = result
         headers = {**history_headers(result, identity.role), "x-request-id": exchange.request_id}
-        content = encode_json(
-            {"body": result.body, "report": result.report}
-        )  # JSONResponse fails on "\ud800"
+        content = encode_json({"body": sent, "report": result.report})  # JSONResponse fails on "\ud800"
         response = Response(content, media_type="application/json", headers=headers)
         self.finish(exchange, 200)
         return response
@@ -248,12 +251,13 @@ class _Proxy:
         return names
 
     async def _open(
-        self, call: Call, exchange: Exchange, path: str, names: list[str], body: Body
+        self, call: Call, exchange: Exchange, path: str, names: list[str], body: Body, sent: Headers = None
     ) -> UpstreamReply:
+        """Send the request upstream: ``sent`` headers (default: the client's) and this hop's forwarding."""
         exchange.upstream_started = time.perf_counter()
         client = call.scope.get("client")
         headers = forwarded_headers(
-            call.header_items,
+            call.header_items if sent is None else sent,
             client[0] if client else "",
             call.scope.get("scheme", "http"),
             call.state.config.trusted_proxies,
@@ -304,8 +308,7 @@ class _Proxy:
     def error_answer(self, scope: Scope, exc: ProxyError) -> Whole:
         """A ``ProxyError`` from any route in its surface's error shape, counted and logged once.
 
-        The shape is that of ``scope["state"][SURFACE_KEY]`` (a handler for another API surface sets
-        it first thing), else OpenAI's.
+        The shape is that of the API surface the request's path belongs to (:func:`error_surface`).
         """
         exchange = scope.get("state", {}).get("exchange")
         if not isinstance(exchange, Exchange):
@@ -316,8 +319,7 @@ class _Proxy:
             log.error("filter %s at %s failed (request %s)", exc.filter_type, exc.position, request_id)
         if exchange is not None:
             self.finish(exchange, exc.status_code)
-        surface = scope.get("state", {}).get(SURFACE_KEY, OPENAI)  # a surface's handler names itself
-        return error_answer(exc, request_id, surface)
+        return error_answer(exc, request_id, error_surface(route_path(scope)))
 
     async def on_http_error(self, request: Request, exc: Exception) -> Response:
         """Starlette's own 404/405 become ``ProxyError``s, answered by the edge like every other."""

@@ -10,12 +10,19 @@ from proxy.core.identity import ROLE_DEFAULTED, Identity, bearer_token, read_hea
 from proxy.errors import AuthError, ForbiddenError
 
 
+def proxy_token(headers: Mapping[str, str]) -> str | None:
+    """The proxy key a request carries: ``Authorization: Bearer`` or Anthropic's ``x-api-key``."""
+    return bearer_token(headers) or headers.get("x-api-key") or None
+
+
 def _key_entry(config: Config, token: str | None) -> ProxyKey | None:
     """The ``auth.keys`` entry of a proxy key, comparing every configured key in constant time."""
     if not config.auth.keys:
         return None
     if token is None:
-        raise AuthError("missing proxy key: send 'Authorization: Bearer <proxy key>'")
+        raise AuthError(
+            "missing proxy key: send 'Authorization: Bearer <proxy key>' or 'x-api-key: <proxy key>'"
+        )
     found = None
     given = token.encode()
     for entry in config.auth.keys:
@@ -40,7 +47,7 @@ def reachable_upstreams(config: Config, headers: Mapping[str, str], names: list[
     """
     if not any(entry.upstreams is not None for entry in config.auth.keys):
         return names
-    entry = _key_entry(config, bearer_token(headers))
+    entry = _key_entry(config, proxy_token(headers))
     if entry is None or entry.upstreams is None:
         return names
     if names[0] not in entry.upstreams:
@@ -54,7 +61,7 @@ def reachable_upstreams(config: Config, headers: Mapping[str, str], names: list[
 def resolve_identity(config: Config, headers: Mapping[str, str]) -> Identity:
     """Read the caller from lower-cased request headers; raises 401/400 ``ProxyError``s."""
     ids = config.identity
-    tenant = tenant_for_key(config, bearer_token(headers))
+    tenant = tenant_for_key(config, proxy_token(headers))
     role = read_header(headers, ids.role_header)
     return Identity(
         role=role or ids.default_role,

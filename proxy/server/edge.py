@@ -1,12 +1,13 @@
-"""The HTTP edge inside the guard: the chat completions path, every error answer, and answers.
+"""The HTTP edge inside the guard: the chat and surface paths, every error answer, and answers.
 
 :class:`Edge` wraps the app that :func:`proxy.server.app.create_app` builds, inside
-:class:`~proxy.server.guard.RequestGuard`. ``POST /v1/chat/completions`` (under any root path) goes
-from the ASGI scope straight to its handler as a :class:`Call`, and its answer (:class:`Whole` or
-:class:`Relay`) straight to ``send``: no router, and no Starlette ``Request``, ``URL``, ``Headers``
-or ``Response`` on the way; it has no other route. Every other request goes through Starlette's
-router; its handlers read a :class:`Call` too. Every :class:`~proxy.errors.ProxyError`, whichever
-route raised it, is answered here by :func:`error_answer`, the one place an error becomes an answer.
+:class:`~proxy.server.guard.RequestGuard`. ``POST /v1/chat/completions`` and the surfaces' routes
+(:data:`SURFACE_PATHS`), under any root path, go from the ASGI scope straight to their handlers as
+a :class:`Call`, and their answers (:class:`Whole` or :class:`Relay`) straight to ``send``: no
+router, and no Starlette ``Request``, ``URL``, ``Headers`` or ``Response`` on the way; they have
+no other route. Every other request goes through Starlette's router; its handlers read a
+:class:`Call` too. Every :class:`~proxy.errors.ProxyError`, whichever route raised it, is answered
+here, the one place an error becomes an answer (:func:`error_answer`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
     from proxy.server.reload import ServingState
 
 CHAT_PATH = "/v1/chat/completions"
+SURFACE_PATHS = frozenset({"/v1/responses", "/v1/messages", "/v1/messages/count_tokens"})
+"""The Responses and Messages routes, also past the router (:meth:`EdgeProxy.surface`)."""
 SURFACE_KEY = "surface"
 """``scope["state"]`` key naming the API surface whose error shape a request's errors take."""
 
@@ -206,13 +209,15 @@ class EdgeProxy(Protocol):
 
     async def chat_completions(self, call: Call) -> Outgoing: ...
 
+    async def surface(self, call: Call, route: str) -> Outgoing: ...
+
     def error_answer(self, scope: Scope, exc: ProxyError) -> Whole: ...
 
     def on_unhandled(self, scope: Scope, exc: BaseException) -> str: ...
 
 
 class Edge:
-    """Chat completions past the router; every error answered in one place; the last-resort guard.
+    """Chat completions and the surfaces past the router; every error answered in one place; the last resort.
 
     The last resort: a bug answers a plain 500 ``server_error`` (if no answer started) and never a
     traceback. A ``ProxyError`` raised by any route (the router's 404/405 become ones) is answered
@@ -237,8 +242,11 @@ class Edge:
 
         try:
             try:
-                if scope["method"] == "POST" and route_path(scope) == CHAT_PATH:
+                route = route_path(scope) if scope["method"] == "POST" else ""
+                if route == CHAT_PATH:
                     await self._chat(scope, receive, tracking_send)
+                elif route in SURFACE_PATHS:
+                    await self._chat(scope, receive, tracking_send, route)
                 else:
                     check_path(scope)
                     await self.app(scope, receive, tracking_send)
@@ -254,9 +262,9 @@ class Edge:
                 )
                 await error_answer(error, request_id)(scope, receive, send)
 
-    async def _chat(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _chat(self, scope: Scope, receive: Receive, send: Send, surface: str | None = None) -> None:
         # the query string as Starlette reads it; there rarely is one, so its parser costs nothing here
         query = URL(scope=scope).query if scope.get("query_string") else ""
         call = Call(scope, receive, scope["path"], query)
-        answer = await self.proxy.chat_completions(call)
+        answer = await (self.proxy.surface(call, surface) if surface else self.proxy.chat_completions(call))
         await answer(scope, receive, send)

@@ -26,10 +26,9 @@ from typing import Any, Protocol
 import anyio
 
 from proxy.config.models import Config
-from proxy.core.identity import bearer_token
 from proxy.errors import AuthError, OverloadedError
 from proxy.observability.metrics import Exchange, request_id_for
-from proxy.server.caller import tenant_for_key
+from proxy.server.caller import proxy_token, tenant_for_key
 from proxy.server.edge import error_answer, scope_headers
 from proxy.server.reload import StateSwitch
 
@@ -69,13 +68,15 @@ def _has_body(scope: Scope) -> bool:
 
 def _tenant_of(config: Config, scope: Scope) -> str | None:
     """The tenant of the request's proxy key; None without one (the app answers 401 if it needs one)."""
-    for name, value in scope.get("headers", ()):
-        if name == b"authorization":
-            try:
-                return tenant_for_key(config, bearer_token({"authorization": value.decode("latin-1")}))
-            except AuthError:
-                return None
-    return None
+    keys = {
+        name.decode("latin-1"): value.decode("latin-1")
+        for name, value in scope.get("headers", ())
+        if name in (b"authorization", b"x-api-key")
+    }
+    try:
+        return tenant_for_key(config, proxy_token(keys))
+    except AuthError:
+        return None
 
 
 class ClientWatch:

@@ -55,8 +55,14 @@ HEAD_LIMITS = HeadLimits()
 
 
 def bounded_http(limits: LimitsConfig) -> dict[str, Any]:
-    """uvicorn's options for the proxy's server: this protocol (and, were h11 chosen, its head cap)."""
-    return {"http": BoundedHttpToolsProtocol, "h11_max_incomplete_event_size": limits.max_header_bytes}
+    """uvicorn's options for the proxy's server: this protocol (and, were h11 chosen, its head cap),
+    and no proxy-headers rewriting: the peer stays the TCP peer, ``trusted_proxies`` decides
+    (:mod:`proxy.server.forwarded`)."""
+    return {
+        "http": BoundedHttpToolsProtocol,
+        "h11_max_incomplete_event_size": limits.max_header_bytes,
+        "proxy_headers": False,
+    }
 
 
 class _HeadRefused(Exception):

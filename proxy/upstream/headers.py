@@ -15,7 +15,9 @@ HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "te", "trailer", "trailers", "transfer-encoding", "upgrade"}
 )
 # Expect: 100-continue is answered by the proxy's own server, never passed on
-NOT_FORWARDED = frozenset({"host", "content-length", "accept-encoding", "authorization", "expect"})
+NOT_FORWARDED = frozenset(
+    {"host", "content-length", "accept-encoding", "authorization", "x-api-key", "expect"}
+)
 # the proxy's server writes its own Date and Server; two of each would be a malformed answer
 NOT_RETURNED = frozenset({"content-length", "date", "server"})
 
@@ -51,9 +53,14 @@ IDENTITY_ENCODING = (b"accept-encoding", b"identity")
 
 
 def upstream_authorization(upstream: UpstreamConfig) -> tuple[bytes, bytes] | None:
-    """The Authorization header carrying the upstream's own key, as sent (None without a key)."""
+    """The header carrying the upstream's own key, as sent (None without a key): ``Authorization:
+    Bearer`` for ``api: openai``, ``x-api-key`` for ``api: anthropic``."""
     key = upstream.key
-    return None if key is None else (b"authorization", f"Bearer {key}".encode("latin-1", "replace"))
+    if key is None:
+        return None
+    if upstream.api == "anthropic":
+        return (b"x-api-key", key.encode("latin-1", "replace"))
+    return (b"authorization", f"Bearer {key}".encode("latin-1", "replace"))
 
 
 def withheld_headers(upstream: UpstreamConfig, identity: IdentityConfig) -> frozenset[str]:
@@ -80,19 +87,21 @@ def wire_request_headers(
     ``accept-encoding: identity`` (raw bytes are relayed; identity keeps the proxy's own errors
     readable). ``authorization`` is :func:`upstream_authorization` of the upstream, computed once
     per config: the upstream's own key replaces the client's; without one the client's passes,
-    unless it carries a proxy key (``auth.keys`` configured). ``withheld`` names (lower case) stay
-    at the proxy too: the identity headers, unless the upstream asks for them (:func:`withheld_headers`).
+    unless it carries a proxy key (``auth.keys`` configured). ``x-api-key`` (Anthropic's key header)
+    is treated as the Authorization is: the upstream's own key replaces both. ``withheld`` names
+    (lower case) stay at the proxy too: the identity headers, unless the upstream asks for them
+    (:func:`withheld_headers`).
     """
     kept: list[tuple[str, str]] = []
-    client_auth: list[str] = []
+    client_auth: list[tuple[str, str]] = []
     named: set[str] | None = None
     for name, value in client_headers:
         lower = name.lower()
         if lower in FORWARD_DROPPED or lower in withheld or lower.startswith("proxy-"):
             if lower == "connection":
                 named = (named or set()) | {token.strip().lower() for token in value.split(",")}
-            elif lower == "authorization":
-                client_auth.append(value)
+            elif lower in ("authorization", "x-api-key"):
+                client_auth.append((lower, value))
             continue
         kept.append((lower, value))
     out = [
@@ -102,8 +111,12 @@ def wire_request_headers(
     ]
     if authorization is not None:
         out.append(authorization)
-    elif not client_auth_is_proxy_key and not (named and "authorization" in named):
-        out += [(b"authorization", value.encode("latin-1", "replace")) for value in client_auth]
+    elif not client_auth_is_proxy_key:  # a key header named in Connection is hop-by-hop too
+        out += [
+            (name.encode("latin-1"), value.encode("latin-1", "replace"))
+            for name, value in client_auth
+            if named is None or name not in named
+        ]
     out.append(IDENTITY_ENCODING)
     return out
 

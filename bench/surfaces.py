@@ -1,0 +1,119 @@
+"""Each surface's cost in the proxy, in process: parse, chain over the view, write back, encode.
+
+``python -m bench.surfaces [--repeats N]`` writes the synthetic agent conversations of ``bench.bodies``
+(20, 100 and 400 messages) as chat-completions, Responses and Messages requests (with a reasoning
+item or a signed thinking block on a third of the assistant steps), and times, interleaved in one
+run, what the proxy does to each before it forwards it: ``parse_body`` of the request bytes, the
+caller's chain (``shape``: the view, ``Pipeline.run``, the native rebuild) and ``encode_json`` of
+the body sent. It prints the median per request and each surface's ratio to chat completions, for
+the ``passthrough`` and ``worker`` chains, and writes ``bench/results/surfaces-<UTC stamp>.json``.
+The HTTP around it (reading, relaying) is the same code for all three surfaces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+from typing import Any
+
+from bench.bodies import SIZES, encode, synthetic_messages
+from bench.report import RESULTS_DIR, jsonable
+from proxy.config.models import Config
+from proxy.core.identity import Identity
+from proxy.core.tokens import TokenCounters
+from proxy.pipeline.run import Pipeline
+from proxy.server.body import encode_json, parse_body
+from proxy.surfaces.shape import Surface, shape
+from tests.surface_bodies import anthropic_chat, messages_body, plain_chat, responses_body
+
+WORKER_CHAIN = [
+    {"type": "worker_view"},
+    {"type": "last_n_observations", "n": 5, "polling": 5},
+    {"type": "token_limiter", "limit": 30000, "step": 4},
+]
+SURFACES: tuple[Surface, ...] = ("chat", "responses", "messages")
+EXTRAS = [1, 0, 0]
+
+
+def bodies(count: int) -> dict[Surface, bytes]:
+    chat = synthetic_messages(count)
+    return {
+        "chat": encode({"model": "gpt-4o", "messages": plain_chat(chat)}),
+        "responses": encode(responses_body(plain_chat(chat), EXTRAS)),
+        "messages": encode({**messages_body(anthropic_chat(chat), EXTRAS), "model": "gpt-4o"}),
+    }
+
+
+def pipeline(chain: list[dict[str, Any]]) -> Pipeline:
+    config = Config.model_validate(
+        {
+            "upstreams": {"u": {"base_url": "mock://", "cache_control": True}},
+            "cache_control": {},
+            "policies": {"roles": {"worker": chain}},
+        }
+    )
+    return Pipeline(config, TokenCounters())
+
+
+async def once(p: Pipeline, surface: Surface, raw: bytes, who: Identity) -> float:
+    started = time.perf_counter()
+    body = parse_body(raw)
+    shaped = await shape(surface, p, body, who, "u")
+    encode_json(shaped.body)
+    return (time.perf_counter() - started) * 1000
+
+
+async def measure(repeats: int) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    who = Identity(role="worker", agent="coder")
+    for chain_name, chain in (("passthrough", [{"type": "passthrough"}]), ("worker", WORKER_CHAIN)):
+        p = pipeline(chain)
+        for size in SIZES:
+            raw = bodies(size)
+            times: dict[Surface, list[float]] = {s: [] for s in SURFACES}
+            for surface in SURFACES:  # warm the token-count cache, as a serving proxy is
+                await once(p, surface, raw[surface], who)
+            for _ in range(repeats):
+                for surface in SURFACES:  # interleaved: drift hits every surface alike
+                    times[surface].append(await once(p, surface, raw[surface], who))
+            chat_ms = statistics.median(times["chat"])
+            for surface in SURFACES:
+                ms = statistics.median(times[surface])
+                rows.append(
+                    {
+                        "chain": chain_name,
+                        "messages": size,
+                        "surface": surface,
+                        "median_ms": round(ms, 3),
+                        "vs_chat": round(ms / chat_ms, 3),
+                    }
+                )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.surfaces", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--repeats", type=int, default=50, help="timed requests per surface and body (default 50)"
+    )
+    args = parser.parse_args(argv)
+    rows = asyncio.run(measure(args.repeats))
+    print("| chain | messages | surface | median ms | vs chat |")
+    print("|---|---:|---|---:|---:|")
+    for row in rows:
+        print(
+            f"| {row['chain']} | {row['messages']} | {row['surface']} "
+            f"| {row['median_ms']:.3f} | {row['vs_chat']:.2f}x |"
+        )
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    out = RESULTS_DIR / f"surfaces-{stamp}.json"
+    out.write_text(json.dumps(jsonable({"repeats": args.repeats, "rows": rows}), indent=1), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,294 @@
+"""The built-in mock's Responses and Messages routes: the same answers as its chat completions, in each API's format.
+
+- ``POST /v1/responses``: a ``response`` object (or, with ``stream: true``, the Responses API's typed
+  SSE events, ``response.created`` to ``response.completed``) whose output text says what the mock
+  received, counted over the chain's view of the request; a ``function_call`` item instead when the
+  newest message mentions a tool and ``tools`` were given.
+- ``POST /v1/messages``: an Anthropic ``message`` (or its ``event:`` SSE stream, ``message_start`` to
+  ``message_stop``), with a ``tool_use`` block in the same case; ``POST /v1/messages/count_tokens``:
+  ``{"input_tokens": N}``. Errors are written in Anthropic's shape.
+
+``x-mock-delay-ms`` and ``x-mock-status`` work as on chat completions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from proxy.core.messages import Message
+from proxy.devtools.mock_upstream import (
+    _digest,
+    _error,
+    _split,
+    _wants_tool_call,
+    approximate_tokens,
+    describe_received,
+)
+from proxy.errors import InvalidRequestError
+from proxy.surfaces import messages as anthropic
+from proxy.surfaces import responses as openai_responses
+from proxy.surfaces._view import REF
+
+
+def _event(kind: str, payload: dict[str, Any]) -> bytes:
+    return f"event: {kind}\ndata: {json.dumps(payload, separators=(',', ':'))}\n\n".encode()
+
+
+def _anthropic_error(status: int, message: str) -> JSONResponse:
+    kinds = {
+        400: "invalid_request_error",
+        401: "authentication_error",
+        404: "not_found_error",
+        429: "rate_limit_error",
+    }
+    body = {"type": "error", "error": {"type": kinds.get(status, "api_error"), "message": message}}
+    return JSONResponse(
+        body, status_code=status, headers={"retry-after": "1"} if status in (429, 503) else None
+    )
+
+
+class MockSurfaces:
+    """Request handlers for the Responses and Messages surfaces of the mock."""
+
+    def __init__(self, *, chunks: int, chunk_delay_s: float, first_byte_delay_s: float) -> None:
+        self.chunks = max(1, chunks)
+        self.chunk_delay_s = chunk_delay_s
+        self.first_byte_delay_s = first_byte_delay_s
+
+    async def _read(
+        self, request: Request, anthropic_errors: bool
+    ) -> tuple[dict[str, Any], float] | Response:
+        fail = _anthropic_error if anthropic_errors else (lambda status, message: _error(status, message))
+        delay_s = self.first_byte_delay_s
+        raw_delay = request.headers.get("x-mock-delay-ms")
+        if raw_delay is not None:
+            try:
+                delay_s = max(0.0, float(raw_delay) / 1000)
+            except ValueError:
+                return fail(400, "x-mock-delay-ms must be a number of milliseconds")
+        forced = request.headers.get("x-mock-status")
+        if forced is not None:
+            if not forced.isdigit() or not 400 <= int(forced) <= 599:
+                return fail(400, "x-mock-status must be an HTTP error status (400-599)")
+            await asyncio.sleep(delay_s)
+            return fail(int(forced), f"mock: forced status {forced}")
+        try:
+            body = json.loads(await request.body())
+        except (ValueError, UnicodeDecodeError) as exc:
+            return fail(400, f"mock: the request body is not valid JSON ({exc})")
+        if not isinstance(body, dict):
+            return fail(400, "mock: the request body must be a JSON object")
+        return body, delay_s
+
+    # --- Responses -----------------------------------------------------------------------------
+
+    async def responses(self, request: Request) -> Response:
+        read = await self._read(request, anthropic_errors=False)
+        if isinstance(read, Response):
+            return read
+        body, delay_s = read
+        try:
+            view = _plain(openai_responses.to_view(body).messages)
+        except InvalidRequestError as exc:
+            return _error(400, f"mock: {exc.message}")
+        tool = _wants_tool_call(view, body.get("tools"))
+        digest = _digest({"messages": view})
+        if tool is not None:
+            item: dict[str, Any] = {
+                "type": "function_call",
+                "id": f"fc_mock_{digest[:16]}",
+                "call_id": f"call_mock_{digest[:16]}",
+                "name": tool,
+                "arguments": "{}",
+                "status": "completed",
+            }
+        else:
+            text = describe_received(view)
+            part = {"type": "output_text", "text": text, "annotations": []}
+            item = {
+                "type": "message",
+                "id": f"msg_mock_{digest[:16]}",
+                "status": "completed",
+                "role": "assistant",
+                "content": [part],
+            }
+        response = _response(body, digest, [item], view)
+        if body.get("stream") is True:
+            return _streaming(self._response_events(response, item, delay_s))
+        await asyncio.sleep(delay_s)
+        return JSONResponse(response)
+
+    async def _response_events(
+        self, response: dict[str, Any], item: dict[str, Any], delay_s: float
+    ) -> AsyncIterator[bytes]:
+        sequence = 0
+
+        def event(kind: str, **fields: Any) -> bytes:
+            nonlocal sequence
+            sequence += 1
+            return _event(kind, {"type": kind, "sequence_number": sequence - 1, **fields})
+
+        await asyncio.sleep(delay_s)
+        started = {**response, "status": "in_progress", "output": [], "usage": None}
+        yield event("response.created", response=started)
+        yield event("response.in_progress", response=started)
+        ids = {"item_id": item["id"], "output_index": 0}
+        if item["type"] == "function_call":
+            yield event(
+                "response.output_item.added",
+                output_index=0,
+                item={**item, "arguments": "", "status": "in_progress"},
+            )
+            yield event("response.function_call_arguments.delta", **ids, delta=item["arguments"])
+            yield event("response.function_call_arguments.done", **ids, arguments=item["arguments"])
+        else:
+            text = item["content"][0]["text"]
+            yield event(
+                "response.output_item.added",
+                output_index=0,
+                item={**item, "content": [], "status": "in_progress"},
+            )
+            empty = {"type": "output_text", "text": "", "annotations": []}
+            yield event("response.content_part.added", **ids, content_index=0, part=empty)
+            for i, piece in enumerate(_split(text, self.chunks)):
+                if i:
+                    await asyncio.sleep(self.chunk_delay_s)
+                yield event("response.output_text.delta", **ids, content_index=0, delta=piece, logprobs=[])
+            yield event("response.output_text.done", **ids, content_index=0, text=text, logprobs=[])
+            yield event("response.content_part.done", **ids, content_index=0, part=item["content"][0])
+        yield event("response.output_item.done", output_index=0, item=item)
+        yield event("response.completed", response=response)
+
+    # --- Messages ------------------------------------------------------------------------------
+
+    async def messages(self, request: Request) -> Response:
+        read = await self._read(request, anthropic_errors=True)
+        if isinstance(read, Response):
+            return read
+        body, delay_s = read
+        try:
+            view = _plain(anthropic.to_view(body).messages)
+        except InvalidRequestError as exc:
+            return _anthropic_error(400, f"mock: {exc.message}")
+        if not isinstance(body.get("max_tokens"), int):
+            return _anthropic_error(400, "mock: max_tokens: Field required")
+        tool = _wants_tool_call(view, body.get("tools"))
+        digest = _digest({"messages": view})
+        if tool is not None:
+            block: dict[str, Any] = {
+                "type": "tool_use",
+                "id": f"toolu_mock_{digest[:16]}",
+                "name": tool,
+                "input": {},
+            }
+            stop = "tool_use"
+        else:
+            block, stop = {"type": "text", "text": describe_received(view)}, "end_turn"
+        usage = {
+            "input_tokens": approximate_tokens(view),
+            "output_tokens": max(1, math.ceil(len(json.dumps(block)) / 4)),
+        }
+        message = {
+            "id": f"msg_mock_{digest[:24]}",
+            "type": "message",
+            "role": "assistant",
+            "model": body.get("model") if isinstance(body.get("model"), str) else "claude-mock",
+            "content": [block],
+            "stop_reason": stop,
+            "stop_sequence": None,
+            "usage": usage,
+        }
+        if body.get("stream") is True:
+            return _streaming(self._message_events(message, delay_s))
+        await asyncio.sleep(delay_s)
+        return JSONResponse(message)
+
+    async def count_tokens(self, request: Request) -> Response:
+        read = await self._read(request, anthropic_errors=True)
+        if isinstance(read, Response):
+            return read
+        try:
+            view = _plain(anthropic.to_view(read[0]).messages)
+        except InvalidRequestError as exc:
+            return _anthropic_error(400, f"mock: {exc.message}")
+        return JSONResponse({"input_tokens": approximate_tokens(view)})
+
+    async def _message_events(self, message: dict[str, Any], delay_s: float) -> AsyncIterator[bytes]:
+        await asyncio.sleep(delay_s)
+        block = message["content"][0]
+        usage = message["usage"]
+        start = {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
+        yield _event("message_start", {"type": "message_start", "message": start})
+        if block["type"] == "tool_use":
+            yield _event(
+                "content_block_start",
+                {"type": "content_block_start", "index": 0, "content_block": {**block, "input": {}}},
+            )
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+            yield _event("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta})
+        else:
+            yield _event(
+                "content_block_start",
+                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+            )
+            for i, piece in enumerate(_split(block["text"], self.chunks)):
+                if i:
+                    await asyncio.sleep(self.chunk_delay_s)
+                delta = {"type": "text_delta", "text": piece}
+                yield _event(
+                    "content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}
+                )
+        yield _event("content_block_stop", {"type": "content_block_stop", "index": 0})
+        end = {"stop_reason": message["stop_reason"], "stop_sequence": None}
+        yield _event(
+            "message_delta",
+            {"type": "message_delta", "delta": end, "usage": {"output_tokens": usage["output_tokens"]}},
+        )
+        yield _event("message_stop", {"type": "message_stop"})
+
+
+def _plain(view: list[Message]) -> list[Message]:
+    return [{k: v for k, v in m.items() if k != REF} for m in view]
+
+
+def _streaming(events: AsyncIterator[bytes]) -> StreamingResponse:
+    return StreamingResponse(events, media_type="text/event-stream", headers={"cache-control": "no-cache"})
+
+
+def _response(
+    body: dict[str, Any], digest: str, output: list[dict[str, Any]], view: list[Message]
+) -> dict[str, Any]:
+    prompt = approximate_tokens(view)
+    completion = max(1, math.ceil(len(json.dumps(output)) / 4))
+    return {
+        "id": f"resp_mock_{digest}",
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": "completed",
+        "error": None,
+        "incomplete_details": None,
+        "instructions": body.get("instructions"),
+        "model": body.get("model") if isinstance(body.get("model"), str) else "gpt-4o-mini",
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": body.get("tool_choice", "auto"),
+        "tools": body.get("tools", []),
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "metadata": {},
+        "usage": {
+            "input_tokens": prompt,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": completion,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": prompt + completion,
+        },
+    }

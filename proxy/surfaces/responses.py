@@ -1,0 +1,293 @@
+"""``POST /v1/responses`` (OpenAI Responses API, stateless use) as the chain's view, and back.
+
+The view (SPEC section 7):
+
+- ``instructions`` is the leading system message; it is kept and never edited;
+- a string ``input`` is one user message; ``message`` items (typed or not) are messages of their role;
+- an **assistant step** (one model turn) is one assistant message: its ``reasoning`` items, its
+  assistant ``message`` item (the text), its call items (``function_call``, ``custom_tool_call``, and
+  any ``*_call`` item with a ``*_output`` counterpart: the tool calls, parallel calls together) and
+  server-side tool items (``web_search_call`` and the like, without output: opaque, they move with
+  their step). ``reasoning`` opens the step that follows it;
+- every ``*_output`` item is a tool message answering its call;
+- ``compaction``, ``item_reference`` and unknown items are opaque assistant messages: kept or dropped.
+
+Written back: unchanged view messages give their items verbatim; a step whose calls a filter removed
+loses those call items, and a ``reasoning`` item is kept only while the item right after it in its
+step is; changed text is written into the native text parts. Messages a filter made (a digest, a
+summary, a ``Used tool`` note) become input messages of their role.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from proxy.core.messages import Message, text_of
+from proxy.errors import InvalidRequestError
+from proxy.surfaces._view import (
+    REF,
+    Unit,
+    View,
+    annotations_of,
+    compact_json,
+    ref_of,
+    unchanged,
+    view_content,
+    without_annotations,
+    written_back,
+)
+
+SURFACE = "responses"
+TOOL_CALLS = frozenset({"function_call", "custom_tool_call"})
+"""Call items that are always client-side tool calls."""
+OPAQUE_ALONE = frozenset({"compaction", "item_reference"})
+PROVIDER_STATE = ("previous_response_id", "conversation")
+
+
+def item_type(item: dict[str, Any]) -> str:
+    """An input item's type (an untyped item with a ``role`` is a message)."""
+    kind = item.get("type")
+    if isinstance(kind, str):
+        return kind
+    return "message" if "role" in item else ""
+
+
+def output_call_id(item: dict[str, Any]) -> str | None:
+    """The call an ``*_output`` item answers (``local_shell_call_output`` names it ``id``)."""
+    value = item.get("call_id", item.get("id"))
+    return value if isinstance(value, str) else None
+
+
+def provider_state(body: dict[str, Any]) -> str | None:
+    """``previous_response_id`` or ``conversation`` when the history lives at the provider."""
+    for key in PROVIDER_STATE:
+        if body.get(key) not in (None, ""):
+            return key
+    return None
+
+
+def input_items(body: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The ``input`` list, checked (a 400 naming the first item that is not an object), and its item types."""
+    items = body.get("input")
+    if isinstance(items, str):
+        return [], []
+    if not isinstance(items, list):
+        raise InvalidRequestError("'input' must be a string or a list of input items", param="input")
+    kinds: list[str] = []
+    for i, item in enumerate(items):
+        if item.__class__ is not dict:
+            raise InvalidRequestError(f"input[{i}] must be an object", param=f"input[{i}]")
+        kind = item.get("type")
+        if kind.__class__ is not str:
+            kind = "message" if "role" in item else ""
+        if kind == "message" and item.get("role").__class__ is not str:
+            raise InvalidRequestError(f"input[{i}].role must be a string", param=f"input[{i}].role")
+        kinds.append(kind)
+    return items, kinds
+
+
+def _call(item: dict[str, Any], kind: str) -> dict[str, Any]:
+    name = item.get("name") if isinstance(item.get("name"), str) else kind
+    if kind == "function_call":
+        arguments = item.get("arguments")
+    elif kind == "custom_tool_call":
+        arguments = item.get("input")
+    else:
+        arguments = compact_json(item.get("action", {}))
+    return {
+        "id": str(item.get("call_id", "")),
+        "type": "function",
+        "function": {"name": name, "arguments": arguments if isinstance(arguments, str) else ""},
+    }
+
+
+class _Step:
+    """An assistant step being read: its items and its view message."""
+
+    def __init__(self) -> None:
+        self.items: list[int] = []
+        self.text_item: int | None = None
+        self.calls: list[dict[str, Any]] = []
+        self.kinds: list[str] = []
+
+
+def to_view(body: dict[str, Any]) -> View:
+    """The request as chat messages for the chain."""
+    view = View([], [])
+    instructions = body.get("instructions")
+    if isinstance(instructions, str) and instructions:
+        view.add({"role": "system", "content": instructions}, Unit("instructions", opaque=True))
+    raw = body.get("input")
+    if isinstance(raw, str):
+        view.add({"role": "user", "content": raw}, Unit("input_string"))
+        return view
+    items, kinds = input_items(body)
+    answered = {
+        call_id
+        for item, kind in zip(items, kinds, strict=True)
+        if kind.endswith("_output") and (call_id := output_call_id(item)) is not None
+    }
+    step: _Step | None = None
+
+    def close() -> None:
+        nonlocal step
+        if step is None:
+            return
+        message: Message = {"role": "assistant"}
+        if step.text_item is not None:
+            message["content"] = view_content(items[step.text_item].get("content"))
+        elif not step.calls:  # reasoning or server-side items alone: opaque
+            message["content"] = "(" + ", ".join(step.kinds) + ")"
+        else:
+            message["content"] = None
+        if step.calls:
+            message["tool_calls"] = step.calls
+        view.add(message, Unit("step", items=step.items, opaque=step.text_item is None and not step.calls))
+        step = None
+
+    for i, item in enumerate(items):
+        kind = kinds[i]
+        role = item.get("role")
+        if kind == "message" and role != "assistant":
+            close()
+            message = {"role": role, "content": view_content(item.get("content")), **annotations_of(item)}
+            view.add(message, Unit("message", i))
+        elif kind.endswith("_output"):
+            close()
+            output = item.get("output")
+            content = view_content(output) if isinstance(output, list | str) else json.dumps(output)
+            view.add(
+                {"role": "tool", "tool_call_id": output_call_id(item) or "", "content": content},
+                Unit("output", i),
+            )
+        elif kind in OPAQUE_ALONE or not kind:
+            close()
+            view.add({"role": "assistant", "content": f"({kind or 'item'})"}, Unit("opaque", i, opaque=True))
+        else:  # assistant-side: a text message, reasoning, a call, a server-side tool item
+            call_id = item.get("call_id")
+            is_call = kind in TOOL_CALLS or (
+                kind.endswith("_call") and isinstance(call_id, str) and call_id in answered
+            )
+            opens = step is None or (
+                (kind == "reasoning" or kind == "message") and (step.text_item is not None or step.calls)
+            )
+            if opens:
+                close()
+                step = _Step()
+            assert step is not None
+            step.items.append(i)
+            step.kinds.append(kind)
+            if kind == "message":
+                step.text_item = i
+            elif is_call:
+                step.calls.append(_call(item, kind))
+    close()
+    return view
+
+
+def rebuild(body: dict[str, Any], view: View, sent: Sequence[Message]) -> dict[str, Any]:
+    """The native request for the view messages the chain kept (``sent``, in order)."""
+    raw = body.get("input")
+    if isinstance(raw, str):
+        new_input: Any = raw
+        for message in sent:
+            ref = ref_of(message)
+            if ref is not None and view.units[ref].kind == "input_string":
+                new_input = text_of(message.get("content")) if message.get("content") != raw else raw
+        return {**body, "input": new_input} if new_input is not raw else body
+    if unchanged(view, sent):
+        return body
+    items = body["input"]  # checked by to_view
+    out: list[Any] = []
+    for message in sent:
+        ref = ref_of(message)
+        if ref is None:
+            out.append(_new_item(message))
+            continue
+        unit, before = view.units[ref], view.messages[ref]
+        if unit.kind == "instructions":
+            continue
+        if unit.opaque:
+            out.extend(without_annotations(items[i]) for i in (unit.items or [unit.index]))
+        elif unit.kind == "message":
+            item = items[unit.index]
+            if message.get("content") != before.get("content"):
+                text_type = "output_text" if item.get("role") == "assistant" else "input_text"
+                content = written_back(
+                    item.get("content"), before.get("content"), message.get("content"), text_type
+                )
+                item = {**item, "content": content}
+            out.append(without_annotations(item))
+        elif unit.kind == "output":
+            item = items[unit.index]
+            if message.get("content") != before.get("content") and isinstance(item.get("output"), list | str):
+                output = written_back(
+                    item["output"], before.get("content"), message.get("content"), "input_text"
+                )
+                item = {**item, "output": output}
+            out.append(without_annotations(item))
+        else:
+            out.extend(_step_items(items, unit, before, message))
+    return {**body, "input": out}
+
+
+def _step_items(items: list[dict[str, Any]], unit: Unit, before: Message, after: Message) -> list[Any]:
+    """A step's native items for its view message as the chain left it."""
+    if after is before or (
+        after.get("content") == before.get("content") and after.get("tool_calls") == before.get("tool_calls")
+    ):
+        return [without_annotations(items[i]) for i in unit.items]
+    kept_calls = {str(call.get("id")) for call in after.get("tool_calls") or []}
+    text_changed = after.get("content") != before.get("content")
+    text = text_of(after.get("content"))
+    keep: list[bool] = []
+    for i in unit.items:
+        kind = item_type(items[i])
+        if kind == "message":
+            keep.append(bool(text) or not text_changed)
+        elif kind in TOOL_CALLS or any(
+            call.get("id") == items[i].get("call_id") for call in before.get("tool_calls") or []
+        ):
+            keep.append(str(items[i].get("call_id")) in kept_calls)
+        else:
+            keep.append(True)
+    # a reasoning item stays only while the item it preceded does
+    for k in range(len(unit.items) - 1, -1, -1):
+        if item_type(items[unit.items[k]]) == "reasoning":
+            keep[k] = keep[k] and (k + 1 < len(keep) and keep[k + 1])
+    out: list[Any] = []
+    wrote_text = False
+    for k, i in enumerate(unit.items):
+        item = items[i]
+        if item_type(item) == "message" and keep[k]:
+            if text_changed:
+                content = written_back(
+                    item.get("content"), before.get("content"), after.get("content"), "output_text"
+                )
+                item = {**item, "content": content}
+            wrote_text = True
+        if keep[k]:
+            out.append(without_annotations(item))
+    if text_changed and text and not wrote_text:
+        at = next((n for n, item in enumerate(out) if item_type(item) != "reasoning"), len(out))
+        out.insert(at, {"type": "message", "role": "assistant", "content": text})
+    return out
+
+
+def _new_item(message: Message) -> dict[str, Any]:
+    """An input item for a view message a filter made."""
+    role = message.get("role")
+    if role == "tool":
+        return {
+            "type": "function_call_output",
+            "call_id": message.get("tool_call_id"),
+            "output": text_of(message.get("content")),
+        }
+    return {"type": "message", "role": role, "content": text_of(message.get("content"))}
+
+
+def strip_refs(messages: Sequence[Message]) -> list[Message]:
+    """View messages without their back-references (for reports and previews)."""
+    return [{k: v for k, v in m.items() if k != REF} for m in messages]

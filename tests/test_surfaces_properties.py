@@ -1,0 +1,193 @@
+"""SPEC section 7, proven by hypothesis: every filter and random chains over Responses and Messages requests.
+
+Each chat conversation (generated, or from the corpus) is also written as a Responses and a Messages
+request, with what only those surfaces carry (reasoning and server tool items, signed thinking blocks,
+server tool blocks). For every filter case of :mod:`tests.test_properties` and for random chains:
+
+- the written-back request is valid for its API (:mod:`tests.surface_bodies`);
+- reasoning, thinking, server tool and compaction items are byte-identical to ones the client sent;
+- items the chain left alone keep their order, and a chain that changed nothing sends the request as it came;
+- the chain decided as it does on chat completions: the written-back request, read again as the view,
+  holds the messages the chat chain keeps (system messages aside on Messages, which folds them into ``system``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.config.models import Config
+from proxy.core.identity import Identity
+from proxy.core.messages import Message, text_of
+from proxy.errors import InvalidRequestError
+from proxy.filters import Filter
+from proxy.pipeline.run import Pipeline
+from proxy.surfaces import messages as anthropic
+from proxy.surfaces import responses
+from proxy.surfaces.shape import shape
+from tests.factories import corpus_files
+from tests.strategies import PROPERTY_SETTINGS, SHARED_TOKENS, FakeSummarizer, conversations
+from tests.surface_bodies import (
+    anthropic_chat,
+    messages_body,
+    messages_errors,
+    plain_chat,
+    responses_body,
+    responses_errors,
+)
+from tests.test_properties import CASES
+
+IDENTITY = Identity(role="r", agent="alice", phase="1")
+OPAQUE_ITEMS = frozenset({"reasoning", "web_search_call", "compaction"})
+OPAQUE_BLOCKS = frozenset({"thinking", "redacted_thinking", "server_tool_use", "web_search_tool_result"})
+SETTINGS = settings(PROPERTY_SETTINGS, max_examples=min(PROPERTY_SETTINGS.max_examples, 25))
+_PIPELINES: dict[str, Pipeline] = {}
+
+
+def pipeline_for(chain: list[Filter]) -> Pipeline:
+    dumped = [f.model_dump(mode="json") for f in chain]
+    key = json.dumps(dumped, sort_keys=True)
+    if key not in _PIPELINES:
+        config = Config.model_validate(
+            {"upstreams": {"u": {"base_url": "mock://"}}, "policies": {"roles": {"r": dumped}}}
+        )
+        _PIPELINES[key] = Pipeline(config, SHARED_TOKENS, summarizer=FakeSummarizer())
+    return _PIPELINES[key]
+
+
+def key(messages: list[Message], *, skip_system: bool = False) -> list[tuple[Any, ...]]:
+    """What a decision is made of: roles, texts, calls and the calls answered, in order."""
+    return [
+        (
+            m.get("role"),
+            text_of(m.get("content")),
+            tuple((c["id"], c["function"]["name"]) for c in m.get("tool_calls") or []),
+            m.get("tool_call_id"),
+        )
+        for m in messages
+        if not (skip_system and m.get("role") in ("system", "developer"))
+    ]
+
+
+def merged_steps(keys: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Assistant text directly followed by an assistant's calls without text, as one message.
+
+    Responses items carry no step boundary of their own: ``[message, function_call]`` is one step,
+    whether the client sent it so or a filter dropped what stood between two steps.
+    """
+    out: list[tuple[Any, ...]] = []
+    for k in keys:
+        if out and k[0] == out[-1][0] == "assistant" and not out[-1][2] and k[2] and not k[1]:
+            out[-1] = (out[-1][0], out[-1][1], k[2], None)
+        else:
+            out.append(k)
+    return out
+
+
+def opaque(body: dict[str, Any], surface: str) -> list[Any]:
+    if surface == "responses":
+        return [item for item in body["input"] if item.get("type") in OPAQUE_ITEMS]
+    return [
+        block
+        for message in body["messages"]
+        if isinstance(message["content"], list)
+        for block in message["content"]
+        if block.get("type") in OPAQUE_BLOCKS
+    ]
+
+
+def items(body: dict[str, Any], surface: str) -> list[Any]:
+    return list(body["input"] if surface == "responses" else body["messages"])
+
+
+def in_order(sent: list[Any], original: list[Any]) -> bool:
+    """Every sent item that the client sent too appears in the client's order."""
+    at = 0
+    for item in sent:
+        for k in range(at, len(original)):
+            if original[k] == item:
+                at = k + 1
+                break
+    return all(item in original for item in sent if item in original)
+
+
+def check(chain: list[Filter], chat: list[Message], surface: str, extras: list[int]) -> None:
+    """Every property of the module docstring, for one chain, conversation and surface."""
+    pipeline = pipeline_for(chain)
+    if surface == "responses":
+        conversation = plain_chat(chat)
+        body = responses_body(conversation, extras)
+    else:
+        conversation = anthropic_chat(chat)
+        body = messages_body(conversation, extras)
+    snapshot = copy.deepcopy(body)
+    try:
+        expected = asyncio.run(
+            pipeline.run({"model": body["model"], "messages": conversation}, IDENTITY, "u")
+        )
+    except InvalidRequestError:
+        with pytest.raises(InvalidRequestError):
+            asyncio.run(shape(surface, pipeline, body, IDENTITY, "u"))  # type: ignore[arg-type]
+        return
+    shaped = asyncio.run(shape(surface, pipeline, body, IDENTITY, "u"))  # type: ignore[arg-type]
+    sent = shaped.body
+    assert body == snapshot, "the client's body was changed in place"
+    errors = responses_errors(sent) if surface == "responses" else messages_errors(sent)
+    assert errors == [], f"{[f.type_name for f in chain]} on {surface}: {errors}"
+    assert all(item in opaque(snapshot, surface) for item in opaque(sent, surface))
+    assert in_order(items(sent, surface), items(snapshot, surface))
+    if expected.body["messages"] == conversation:
+        assert sent == snapshot, "a chain that changed nothing must send the request as it came"
+    adapter = responses if surface == "responses" else anthropic
+    seen_again = adapter.to_view(sent).messages
+    skip = surface == "messages"
+    got = key(seen_again, skip_system=skip)
+    if skip and sent["messages"][0]["content"] == anthropic.OMITTED:
+        got = got[1:]
+    want = key(expected.body["messages"], skip_system=skip)
+    if surface == "responses":
+        got, want = merged_steps(got), merged_steps(want)
+    assert got == want, f"{[f.type_name for f in chain]} on {surface}"
+
+
+EXTRAS = st.lists(st.integers(0, 3), min_size=1, max_size=4)
+
+
+@pytest.mark.parametrize("surface", ["responses", "messages"])
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.name) for c in CASES])
+@SETTINGS
+@given(chat=conversations(), extras=EXTRAS)
+def test_every_filter_decides_on_each_surface_as_on_chat(
+    case: Any, surface: str, chat: list[Message], extras: list[int]
+) -> None:
+    check([case.filter], chat, surface, extras)
+
+
+@pytest.mark.parametrize("surface", ["responses", "messages"])
+@SETTINGS
+@given(
+    chain=st.lists(st.sampled_from([case.filter for case in CASES]), min_size=2, max_size=4),
+    chat=conversations(),
+    extras=EXTRAS,
+)
+def test_random_chains_decide_on_each_surface_as_on_chat(
+    surface: str, chain: list[Filter], chat: list[Message], extras: list[int]
+) -> None:
+    check(chain, chat, surface, extras)
+
+
+@pytest.mark.parametrize("surface", ["responses", "messages"])
+def test_every_filter_decides_on_each_surface_as_on_chat_over_the_corpus(surface: str) -> None:
+    checked = 0
+    for path in corpus_files():
+        chat = json.loads(path.read_text(encoding="utf-8"))["messages"]
+        for case in CASES:
+            check([case.filter], chat, surface, [0, 1, 3, 2])
+            checked += 1
+    assert checked >= len(CASES)
