@@ -115,3 +115,21 @@ async def test_fallbacks_outside_a_keys_upstreams_are_never_tried(mocked: respx.
 def test_a_key_naming_an_unknown_upstream_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match=r"keys\[1\]\.upstreams\[0\] names unknown upstream 'nope'"):
         scoped_config(upstreams=["nope"])
+
+
+async def test_a_messages_request_refused_for_concurrency_gets_anthropics_error_shape() -> None:
+    async with FaultUpstream(default="hold") as upstream:
+        config = tenants_config(upstream.base_url, max_concurrent=1)
+        async with serving(config) as url, httpx.AsyncClient(timeout=10) as client:
+            held = asyncio.create_task(
+                client.post(f"{url}/v1/chat/completions", json=chat(), headers=bearer("a"))
+            )
+            await eventually(lambda: len(upstream.arrivals) == 1)
+            messages = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+            refused = await client.post(f"{url}/v1/messages", json=messages, headers=bearer("b"))
+            upstream.release.set()
+            assert (await held).status_code == 200
+    assert refused.status_code == 429
+    error = refused.json()
+    assert error["type"] == "error" and error["error"]["type"] == "rate_limit_error"
+    assert "limits.max_concurrent" in error["error"]["message"]
