@@ -319,6 +319,35 @@ async def test_an_sse_answer_that_breaks_mid_stream_ends_with_an_error_event_and
     assert reply.broken
 
 
+@pytest.mark.parametrize(
+    ("surface", "first"),
+    [
+        ("responses", b'event: response.created\ndata: {"type":"response.created"}\n\n'),
+        ("messages", b'event: message_start\ndata: {"type":"message_start"}\n\n'),
+    ],
+)
+async def test_a_surface_stream_that_breaks_ends_with_that_apis_own_error_event(
+    mocked: respx.MockRouter, surface: str, first: bytes
+) -> None:
+    mocked.post(f"{MAIN}/chat/completions").mock(
+        return_value=httpx.Response(
+            200, headers={"content-type": "text/event-stream"}, stream=BreaksAfter(first)
+        )
+    )
+    async with opened(make_config()) as upstreams:
+        reply = await post(upstreams)
+        reply.surface = surface
+        received = b"".join([chunk async for chunk in reply.stream()])
+    last = received.removeprefix(first).decode()
+    assert last.startswith("event: error\ndata: ") and last.endswith("\n\n") and "[DONE]" not in last
+    event = json.loads(last.removeprefix("event: error\ndata: "))
+    assert event["type"] == "error"
+    if surface == "responses":
+        assert event["code"] == "upstream_unavailable" and "mid-stream" in event["message"]
+    else:
+        assert event["error"]["type"] == "api_error" and "mid-stream" in event["error"]["message"]
+
+
 async def test_a_plain_answer_that_breaks_mid_stream_just_ends(mocked: respx.MockRouter) -> None:
     mocked.post(f"{MAIN}/chat/completions").mock(
         return_value=httpx.Response(

@@ -83,6 +83,7 @@ async def surface_call(proxy: _Proxy, call: Call, route: str) -> Outgoing:
     if surface == "messages" and "anthropic-version" not in call.headers:
         headers = [*headers, ("anthropic-version", ANTHROPIC_VERSION)]
     reply = await proxy._open(call, exchange, path, names, content, headers)
+    reply.surface = surface
     return await proxy._respond(reply, exchange, history_headers(shaped.result, identity.role))
 
 

@@ -30,8 +30,19 @@ ERROR_BODY_BYTES = 1024 * 1024
 """Most bytes of an error answer's body read (they are read whole); a longer one is a 502."""
 
 
-def sse_error_event(error: ProxyError) -> bytes:
-    """An OpenAI-style in-band error event followed by the end-of-stream marker."""
+def sse_error_event(error: ProxyError, surface: str = "chat") -> bytes:
+    """The in-band error event a stream of ``surface`` ends with when the upstream broke off.
+
+    Chat completions: ``data: {"error": ...}`` then ``data: [DONE]``; Responses: an ``error`` event
+    (``{"type": "error", "code", "message", "param"}``); Messages: Anthropic's ``event: error`` with
+    ``{"type": "error", "error": {"type", "message"}}``.
+    """
+    if surface == "responses":
+        event = {"type": "error", "code": error.code, "message": error.message, "param": error.param}
+        return b"event: error\ndata: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n"
+    if surface == "messages":
+        body = json.dumps(error.body("anthropic"), separators=(",", ":")).encode()
+        return b"event: error\ndata: " + body + b"\n\n"
     return b"data: " + json.dumps(error.body(), separators=(",", ":")).encode() + b"\n\ndata: [DONE]\n\n"
 
 
@@ -51,6 +62,9 @@ class UpstreamReply:
     """Set when the whole body was relayed."""
     first_byte_at: float | None = field(default=None, init=False)
     """When :meth:`stream` received the first piece of the body (``time.perf_counter``)."""
+    surface: str = field(default="chat", init=False)
+    """The API surface the answer is relayed on (``chat``, ``responses``, ``messages``): the shape of
+    an in-band error event."""
     usage: CacheUsage | None = field(default=None, init=False)
     """The input and prompt-cache tokens the answer reported (JSON body or the stream's usage event)."""
     _decoded: list[tuple[str, str]] | None = field(default=None, init=False, repr=False)
@@ -156,7 +170,7 @@ class UpstreamReply:
             error = transport_error(self.upstream, exc, mid_stream=True)
             if self.is_sse:
                 log.warning("upstream %s broke off mid-stream: %s", self.upstream, error.message)
-                yield sse_error_event(error)
+                yield sse_error_event(error, self.surface)
             else:
                 log.warning(
                     "upstream %s broke off mid-answer: %s; the client's connection is dropped",
