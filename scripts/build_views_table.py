@@ -20,7 +20,14 @@ sys.path.insert(0, str(ROOT))
 
 from proxy.config.loading import load_config  # noqa: E402
 from proxy.config.models import DEFAULT_CONFIG_PATH  # noqa: E402
-from proxy.core.messages import FINAL, Message, classify, group_spans, newest_user_index  # noqa: E402
+from proxy.core.messages import (  # noqa: E402
+    FINAL,
+    Message,
+    classify,
+    group_spans,
+    leading_system_count,
+    newest_user_index,
+)
 from proxy.filters import Filter, FilterContext  # noqa: E402
 from proxy.filters._views import producing_agent, view_turn  # noqa: E402
 
@@ -69,10 +76,11 @@ def recorded_agents() -> dict[str, str]:
 
 
 def task_statement(messages: list[Message]) -> tuple[int, ...]:
-    """The opening task statement: the first user message and the user messages right after it."""
+    """The opening task statement: the first user message and the user messages right after it (the
+    leading system messages when there is no user message)."""
     first = next((i for i, m in enumerate(messages) if m.get("role") == "user"), None)
-    if first is None:
-        return ()
+    if first is None:  # a request of system messages alone (AutoGen's speaker selection): they are the task
+        return tuple(range(leading_system_count(messages)))
     end = first
     while end < len(messages) and messages[end].get("role") == "user":
         end += 1
@@ -99,7 +107,10 @@ def evaluate(name: str, view: Filter, messages: list[Message], agent: str | None
         if kinds[i] != FINAL
     ]
     since_kept = all(keeps(out, m) for m in own_since)
-    turn_text = "no user message" if not task else f"turn from #{turn.start}"
+    has_user = any(m.get("role") == "user" for m in messages)
+    turn_text = (
+        f"turn from #{turn.start}" if has_user else "no user message: the system messages are the task"
+    )
     reason = [f"turns={turns if isinstance(turns, str) else 'pattern'}: {turn_text}"]
     if turn.anchor:
         reason.append(f"task #{turn.anchor[0]}-{turn.anchor[-1]} anchored")
@@ -148,7 +159,8 @@ def render() -> str:
         "with the `X-Agent-Name` they were recorded with, others with none) to each view as the default",
         "config sets it: `orchestrator_view` (`turns: every_user`, 8 conversation messages),",
         "`manager_view` and `worker_view` (`turns: first_user`), no `X-Agent-Phase`. *Task* is the",
-        "opening task statement (the first user message and the user messages right after it); *since*:",
+        "opening task statement (the first user message and the user messages right after it; the system",
+        "messages of a request that has no user message); *since*:",
         "every group after it that is not another agent's (its first message carries no `name` or the",
         "caller's own) is kept whole, completion signals aside: what `worker_view` and `manager_view`",
         "promise (`orchestrator_view` reduces earlier turns to conversation by design). Other agents'",

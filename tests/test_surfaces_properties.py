@@ -187,6 +187,8 @@ def test_every_filter_decides_on_each_surface_as_on_chat_over_the_corpus(surface
     checked = 0
     for path in corpus_files():
         chat = json.loads(path.read_text(encoding="utf-8"))["messages"]
+        if surface == "messages" and all(m["role"] in ("system", "developer") for m in chat):
+            continue  # system alone (AutoGen's speaker selection) has no Messages form: messages must not be empty
         for case in CASES:
             check([case.filter], chat, surface, [0, 1, 3, 2])
             checked += 1

@@ -162,5 +162,6 @@ def test_corpus_output_keeps_the_invariants_and_is_idempotent(path: Path) -> Non
         out = mark(messages, **params)
         assert messages == snapshot
         assert invariant_errors(out) == {}
-        assert 1 <= cache_mark_count(out) <= 4
+        eligible = any(m["role"] in ("user", "tool") for m in messages)
+        assert (1 if eligible else 0) <= cache_mark_count(out) <= 4
         assert mark(out, **params) == out

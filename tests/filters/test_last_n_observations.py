@@ -372,7 +372,11 @@ def test_corpus_output_keeps_the_invariants_and_elides_by_the_rule(path: Path) -
 
 @pytest.mark.parametrize(
     "path",
-    [p for p in corpus_files() if "tool_call_id" not in p.read_text(encoding="utf-8")],
+    [
+        p
+        for p in corpus_files()
+        if "tool_call_id" not in (text := p.read_text(encoding="utf-8")) and '"role": "user"' in text
+    ],
     ids=lambda p: p.name,
 )
 def test_corpus_text_action_files_elide_annotated_user_observations(path: Path) -> None:

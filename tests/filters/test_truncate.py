@@ -58,7 +58,8 @@ def questions(messages: list[Message]) -> list[str]:
 
 def newest_turn_only(messages: list[Message]) -> list[Message]:
     lead = leading_system_count(messages)
-    start = turn_spans(messages, lead)[-1][0]
+    spans = turn_spans(messages, lead)
+    start = spans[-1][0] if spans else len(messages)  # only system messages: no turn to keep
     newest_user = newest_user_index(messages)
     pinned = [messages[newest_user]] if newest_user is not None and lead <= newest_user < start else []
     return [*messages[:lead], *pinned, *messages[start:]]
