@@ -8,8 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from proxy.core.cost import ANTHROPIC, Pricing
 from proxy.core.invariants import invariant_errors
 from proxy.core.messages import Message, has_text, is_action, leading_system_count, newest_user_index
+from proxy.core.tokens import TokenCounters
+from proxy.devtools.replay import request_ends
 from proxy.filters.base import FilterContext
 from proxy.filters.worker_compaction import WorkerCompaction
 from tests.factories import (
@@ -136,3 +139,80 @@ def test_corpus_output_keeps_the_invariants(path: Path) -> None:
     assert newest is None or any(m is messages[newest] for m in out)
     bare = [m for m in out if is_action(m) and not has_text(m)]
     assert len(bare) <= 1
+
+
+# --- trigger: cost (issue 18) -----------------------------------------------------------------------
+
+FREE = Pricing(name="free", read=1.0, write=1.0)
+"""A provider whose cache writes cost no more than reads: every advance is free."""
+
+
+def cost_compact(
+    messages: list[Message], ctx: FilterContext | None = None, **params: object
+) -> list[Message]:
+    f = WorkerCompaction.model_validate({"type": "worker_compaction", "trigger": "cost", **params})
+    return f.apply(messages, ctx or FilterContext(model="gpt-4o", tokens=TokenCounters(), pricing=ANTHROPIC))
+
+
+def mixed_history(output: str) -> list[Message]:
+    """Tool-call-only actions, actions with text and a parallel action, every result long."""
+    messages = [system(), user("the task")]
+    for k in range(4):
+        messages += exchange("ls", output=f"{k} {output}")
+        messages += exchange("cat", output=f"{k} {output}", text=f"reading {k}")
+    messages += parallel("a", "b", "c", outputs=[f"p{k} {output}" for k in range(3)])
+    return messages
+
+
+def test_with_free_cache_writes_the_cost_trigger_compacts_like_every() -> None:
+    messages = mixed_history(LONG)
+    free = FilterContext(model="gpt-4o", tokens=TokenCounters(), pricing=FREE)
+    for end in request_ends(messages):
+        assert cost_compact(messages[:end], free) == compact(messages[:end])
+
+
+def test_the_cost_trigger_leaves_a_short_conversation_alone() -> None:
+    messages = mixed_history(LONG)[:8]
+    assert compact(messages) != messages
+    assert cost_compact(messages) == messages
+
+
+def test_before_the_model_s_window_it_compacts_whatever_the_cost() -> None:
+    messages = mixed_history(LONG)[:8]  # ~740 tokens, ~500 compacted
+    small = FilterContext(model="gpt-4o", tokens=TokenCounters(), pricing=ANTHROPIC, window=800, reserve=200)
+    assert cost_compact(messages, small) == compact(messages)
+
+
+def test_results_after_the_newest_tool_call_only_action_wait_for_the_next_one() -> None:
+    """The compaction is a prefix: a result after the kept newest call-only action is not cut before
+    that action goes (every-request cuts it at once with keep_recent 0)."""
+    messages = [user(), *exchange("ls", output=LONG), *exchange("cat", output=LONG, text="reading")]
+    free = FilterContext(model="gpt-4o", tokens=TokenCounters(), pricing=FREE)
+    every = compact(messages, keep_recent=0)
+    assert every[4] != messages[4]
+    assert cost_compact(messages, free, keep_recent=0) == [*every[:3], *messages[3:]]
+
+
+def test_the_boundary_only_moves_forward_and_the_prefix_holds_between_moves() -> None:
+    """Replayed request by request, each sent request repeats the previous one except at an advance,
+    and an advance never brings back what an earlier one compacted."""
+    messages = corpus_body("openhands-codeact-ponylang-ponyc-4588.json")["messages"]
+    previous: list[Message] = []
+    advances = requests = 0
+    compacted: list[int] = []  # messages removed plus results cut
+    for end in request_ends(messages):
+        sent = cost_compact(messages[:end], max_chars=2000)
+        assert not invariant_errors(sent)
+        requests += 1
+        compacted.append(end - len(sent) + sum("TRUNCATED" in str(m["content"]) for m in sent))
+        if previous and sent[: len(previous)] != previous:
+            advances += 1
+        previous = sent
+    assert compacted == sorted(compacted) and compacted[-1] > 0  # nothing compacted ever comes back
+    assert previous != messages  # it did compact
+    assert 0 < advances < requests / 4  # a few large steps, not a move per request
+
+
+def test_every_replica_agrees_the_answer_depends_on_the_request_alone() -> None:
+    messages = corpus_body("openhands-codeact-ponylang-ponyc-4588.json")["messages"]
+    assert cost_compact(messages) == cost_compact(copy.deepcopy(messages))
