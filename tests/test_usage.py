@@ -13,6 +13,8 @@ import pytest
 import respx
 
 from proxy.core.usage import CacheUsage, UsageTap, usage_of_json
+from proxy.devtools.mock_upstream import approximate_tokens
+from tests.factories import system, user
 from tests.test_access_log import COMPLETION, MAIN, access_lines, conversation, make_config, serve
 from tests.upstream_respx import UPSTREAM_MOCKER
 
@@ -133,3 +135,37 @@ async def test_cached_tokens_the_upstream_reports_show_in_metrics_and_the_access
     for kind, total in (("input", 4012.0), ("cached", 3840.0), ("cache_write", 0.0)):
         expected = f'history_proxy_upstream_input_tokens_total{{kind="{kind}",role="worker",upstream="main"}} {total}'
         assert expected in metrics
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("stream", [False, True])
+async def test_the_built_in_mock_reports_cached_tokens_that_show_in_metrics_and_the_access_line(
+    caplog: pytest.LogCaptureFixture, stream: bool
+) -> None:
+    """Two growing requests through the proxy to ``mock://``: the second reads the first's prefix."""
+    caplog.set_level(logging.INFO, logger="history_proxy.access")
+    config = make_config(
+        upstreams={"main": {"base_url": "mock://", "retries": 0}},
+        policies={"roles": {"worker": []}},
+    )
+    first = [system(), user("read the log\n" + "line of output\n" * 400)]  # ~1,500 tokens
+    second = [*first, {"role": "assistant", "content": "done reading"}, user("now fix it")]
+    extra = {"stream": True, "stream_options": {"include_usage": True}} if stream else {}
+    async with serve(config) as client:
+        for messages in (first, second):
+            response = await client.post(
+                "/v1/chat/completions",
+                json={"model": "gpt-4o", "messages": messages, **extra},
+                headers={"x-agent-role": "worker"},
+            )
+            assert response.status_code == 200
+        metrics = (await client.get("/metrics")).text
+    lines = access_lines(caplog)
+    prefix_tokens = approximate_tokens(first)
+    assert [line["upstream_cached_tokens"] for line in lines] == [0, prefix_tokens // 128 * 128]
+    assert lines[1]["upstream_input_tokens"] == approximate_tokens(second)
+    cached = float(prefix_tokens // 128 * 128)
+    assert (
+        f'history_proxy_upstream_input_tokens_total{{kind="cached",role="worker",upstream="main"}} {cached}'
+        in metrics
+    )

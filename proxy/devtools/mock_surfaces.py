@@ -8,7 +8,8 @@
   ``message_stop``), with a ``tool_use`` block in the same case; ``POST /v1/messages/count_tokens``:
   ``{"input_tokens": N}``. Errors are written in Anthropic's shape.
 
-``x-mock-delay-ms`` and ``x-mock-status`` work as on chat completions.
+``x-mock-delay-ms`` and ``x-mock-status`` work as on chat completions; usage reports the shared prompt
+cache of :mod:`proxy.devtools.mock_cache` in each API's fields.
 """
 
 from __future__ import annotations
@@ -24,12 +25,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from proxy.core.messages import Message
+from proxy.devtools.mock_cache import CacheReport, PromptCache
 from proxy.devtools.mock_upstream import (
     _digest,
     _error,
     _split,
     _wants_tool_call,
     approximate_tokens,
+    cache_report,
     describe_received,
 )
 from proxy.errors import InvalidRequestError
@@ -58,10 +61,18 @@ def _anthropic_error(status: int, message: str) -> JSONResponse:
 class MockSurfaces:
     """Request handlers for the Responses and Messages surfaces of the mock."""
 
-    def __init__(self, *, chunks: int, chunk_delay_s: float, first_byte_delay_s: float) -> None:
+    def __init__(
+        self,
+        *,
+        chunks: int,
+        chunk_delay_s: float,
+        first_byte_delay_s: float,
+        cache: PromptCache | None = None,
+    ) -> None:
         self.chunks = max(1, chunks)
         self.chunk_delay_s = chunk_delay_s
         self.first_byte_delay_s = first_byte_delay_s
+        self.cache = cache or PromptCache()
 
     async def _read(
         self, request: Request, anthropic_errors: bool
@@ -120,7 +131,8 @@ class MockSurfaces:
                 "role": "assistant",
                 "content": [part],
             }
-        response = _response(body, digest, [item], view)
+        model = _model(body, "gpt-4o-mini")
+        response = _response(body, digest, [item], cache_report(self.cache, model, view))
         if body.get("stream") is True:
             return _streaming(self._response_events(response, item, delay_s))
         await asyncio.sleep(delay_s)
@@ -192,15 +204,19 @@ class MockSurfaces:
             stop = "tool_use"
         else:
             block, stop = {"type": "text", "text": describe_received(view)}, "end_turn"
-        usage = {
-            "input_tokens": approximate_tokens(view),
+        model = _model(body, "claude-mock")
+        report = cache_report(self.cache, model, view)
+        usage = {  # Anthropic's input_tokens leave out what the cache read and wrote
+            "input_tokens": report.prompt_tokens - report.cached_tokens - report.written_tokens,
+            "cache_read_input_tokens": report.cached_tokens,
+            "cache_creation_input_tokens": report.written_tokens,
             "output_tokens": max(1, math.ceil(len(json.dumps(block)) / 4)),
         }
         message = {
             "id": f"msg_mock_{digest[:24]}",
             "type": "message",
             "role": "assistant",
-            "model": body.get("model") if isinstance(body.get("model"), str) else "claude-mock",
+            "model": model,
             "content": [block],
             "stop_reason": stop,
             "stop_sequence": None,
@@ -255,6 +271,11 @@ class MockSurfaces:
         yield _event("message_stop", {"type": "message_stop"})
 
 
+def _model(body: dict[str, Any], default: str) -> str:
+    model = body.get("model")
+    return model if isinstance(model, str) else default
+
+
 def _plain(view: list[Message]) -> list[Message]:
     return [{k: v for k, v in m.items() if k != REF} for m in view]
 
@@ -264,9 +285,9 @@ def _streaming(events: AsyncIterator[bytes]) -> StreamingResponse:
 
 
 def _response(
-    body: dict[str, Any], digest: str, output: list[dict[str, Any]], view: list[Message]
+    body: dict[str, Any], digest: str, output: list[dict[str, Any]], report: CacheReport
 ) -> dict[str, Any]:
-    prompt = approximate_tokens(view)
+    prompt = report.prompt_tokens
     completion = max(1, math.ceil(len(json.dumps(output)) / 4))
     return {
         "id": f"resp_mock_{digest}",
@@ -286,7 +307,7 @@ def _response(
         "metadata": {},
         "usage": {
             "input_tokens": prompt,
-            "input_tokens_details": {"cached_tokens": 0},
+            "input_tokens_details": {"cached_tokens": report.cached_tokens},
             "output_tokens": completion,
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": prompt + completion,

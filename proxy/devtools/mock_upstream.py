@@ -15,7 +15,9 @@ Routes (also served without the ``/v1`` prefix, for ``mock://`` upstreams); ``/v
 
 Request headers for failure tests: ``x-mock-delay-ms`` (wait before the first byte) and
 ``x-mock-status`` (answer with that error status and an OpenAI error body; 429 and 503 carry
-``Retry-After: 1``). The answer's content depends only on the request, never on the clock.
+``Retry-After: 1``). The answer's content depends only on the request, never on the clock; its
+``usage`` reports cached tokens from :mod:`proxy.devtools.mock_cache`, which depend only on the
+sequence of requests.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from proxy.core.messages import Message, call_name, text_of, tool_calls
+from proxy.devtools.mock_cache import CacheReport, PromptCache
 from proxy.errors import ProxyError
 
 MOCK_MODELS = ("gpt-4o-mini", "gpt-4o", "gpt-4.1-mini", "claude-sonnet-4-5")
@@ -171,10 +174,20 @@ def _completion(body: dict[str, Any], purpose: str | None) -> tuple[dict[str, An
     return {"role": "assistant", "content": content}, "stop"
 
 
-def _usage(messages: list[Message], reply: dict[str, Any]) -> dict[str, int]:
-    prompt = approximate_tokens(messages)
+def cache_report(cache: PromptCache, model: str, messages: list[Message]) -> CacheReport:
+    """What the mock's prompt cache reads and writes for a request (and remember its prefixes)."""
+    return cache.lookup(model, messages, [_message_chars(m) for m in messages])
+
+
+def _usage(report: CacheReport, reply: dict[str, Any]) -> dict[str, Any]:
+    prompt = report.prompt_tokens
     completion = max(1, math.ceil(_message_chars(reply) / 4))
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": report.cached_tokens},
+    }
 
 
 def _split(text: str, pieces: int) -> list[str]:
@@ -193,10 +206,18 @@ def _sse(payload: dict[str, Any] | str) -> bytes:
 class MockUpstream:
     """Request handlers of the mock, configured once per app."""
 
-    def __init__(self, *, chunks: int, chunk_delay_s: float, first_byte_delay_s: float) -> None:
+    def __init__(
+        self,
+        *,
+        chunks: int,
+        chunk_delay_s: float,
+        first_byte_delay_s: float,
+        cache: PromptCache | None = None,
+    ) -> None:
         self.chunks = max(1, chunks)
         self.chunk_delay_s = chunk_delay_s
         self.first_byte_delay_s = first_byte_delay_s
+        self.cache = cache or PromptCache()
 
     async def chat_completions(self, request: Request) -> Response:
         delay_s = self.first_byte_delay_s
@@ -227,12 +248,14 @@ class MockUpstream:
             return _error(400, "mock: every message must be an object", param="messages")
 
         reply, finish = _completion(body, request.headers.get("x-history-purpose"))
-        model = body.get("model") if isinstance(body.get("model"), str) else MOCK_MODELS[0]
+        named = body.get("model")
+        model = named if isinstance(named, str) else MOCK_MODELS[0]
         head = {"id": f"chatcmpl-mock-{_digest(body)}", "created": int(time.time()), "model": model}
+        usage = _usage(cache_report(self.cache, model, body["messages"]), reply)
         if body.get("stream") is True:
             options = body.get("stream_options")
             include_usage = isinstance(options, dict) and options.get("include_usage") is True
-            events = self._stream(body, head, reply, finish, include_usage, delay_s)
+            events = self._stream(head, reply, finish, usage if include_usage else None, delay_s)
             return StreamingResponse(
                 events, media_type="text/event-stream", headers={"cache-control": "no-cache"}
             )
@@ -249,20 +272,21 @@ class MockUpstream:
                         "finish_reason": finish,
                     }
                 ],
-                "usage": _usage(body["messages"], reply),
+                "usage": usage,
                 "system_fingerprint": "mock",
             }
         )
 
     async def _stream(
         self,
-        body: dict[str, Any],
         head: dict[str, Any],
         reply: dict[str, Any],
         finish: str,
-        include_usage: bool,
+        usage: dict[str, Any] | None,
         delay_s: float,
     ) -> AsyncIterator[bytes]:
+        include_usage = usage is not None
+
         def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
             choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
             extra = {"usage": None} if include_usage else {}
@@ -300,7 +324,7 @@ class MockUpstream:
                     **head,
                     "object": "chat.completion.chunk",
                     "choices": [],
-                    "usage": _usage(body["messages"], reply),
+                    "usage": usage,
                 }
             )
         yield _sse("[DONE]")
@@ -329,8 +353,13 @@ def create_mock_app(
     """
     from proxy.devtools.mock_surfaces import MockSurfaces
 
-    mock = MockUpstream(chunks=chunks, chunk_delay_s=chunk_delay_s, first_byte_delay_s=first_byte_delay_s)
-    surfaces = MockSurfaces(chunks=chunks, chunk_delay_s=chunk_delay_s, first_byte_delay_s=first_byte_delay_s)
+    cache = PromptCache()  # one for every surface, as a provider's cache is per account
+    mock = MockUpstream(
+        chunks=chunks, chunk_delay_s=chunk_delay_s, first_byte_delay_s=first_byte_delay_s, cache=cache
+    )
+    surfaces = MockSurfaces(
+        chunks=chunks, chunk_delay_s=chunk_delay_s, first_byte_delay_s=first_byte_delay_s, cache=cache
+    )
     routes = [Route("/healthz", mock.healthz, methods=["GET"])]
     for prefix in ("/v1", ""):
         routes += [
