@@ -53,6 +53,9 @@ class View:
 
     messages: list[Message]
     units: list[Unit]
+    spans: list[int] = field(default_factory=list)
+    """Where each native message's view messages start (the refs of message ``i`` are
+    ``range(spans[i], spans[i + 1])``); kept by adapters whose units follow the native order."""
 
     def add(self, message: Message, unit: Unit) -> Message:
         message[REF] = len(self.units)

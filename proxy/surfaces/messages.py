@@ -19,7 +19,7 @@ message saying that earlier messages were left out opens it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from proxy.core.invariants import MAX_CACHE_MARKS
 from proxy.core.messages import Message, text_of
@@ -63,63 +63,102 @@ def message_list(body: dict[str, Any]) -> list[dict[str, Any]]:
     return messages
 
 
+def _fault(body: dict[str, Any]) -> NoReturn:
+    """The 400 naming the first message at fault (``body`` has one)."""
+    message_list(body)
+    raise AssertionError("message_list found no fault")
+
+
 def _blocks(content: Any) -> list[dict[str, Any]]:
     return content if isinstance(content, list) else []
 
 
 def to_view(body: dict[str, Any]) -> View:
-    """The request as chat messages for the chain."""
+    """The request as chat messages for the chain (``messages`` checked as :func:`message_list` does)."""
+    natives = body.get("messages")
+    if not isinstance(natives, list) or not natives:
+        _fault(body)
     view = View([], [])
+    out, units, spans = view.messages, view.units, view.spans
     system = body.get("system")
     if isinstance(system, str | list) and system:
         view.add({"role": "system", "content": view_content(system)}, Unit("system"))
-    for i, message in enumerate(message_list(body)):
-        content = message["content"]
-        if message["role"] == "assistant":
-            view.add(_assistant_view(content), Unit("assistant", i))
+    # one walk checks and converts; the view is built in order, so the first message at fault is named
+    for i, message in enumerate(natives):
+        spans.append(len(units))
+        if not isinstance(message, dict):
+            _fault(body)
+        role = message.get("role")
+        content = message.get("content")
+        if content.__class__ is str and (role == "user" or role == "assistant"):
+            out.append({"role": role, "content": content, REF: len(units)})
+            units.append(Unit(role, i))
             continue
-        if isinstance(content, str):
-            view.add({"role": "user", "content": content}, Unit("user", i))
+        if role not in ("user", "assistant") or not (
+            isinstance(content, str)
+            or (isinstance(content, list) and all(isinstance(block, dict) for block in content))
+        ):
+            _fault(body)
+        if role == "assistant":
+            out.append(_assistant_view(content, len(units)))
+            units.append(Unit("assistant", i))
             continue
-        others = [b for b, block in enumerate(content) if block.get("type") != "tool_result"]
+        if isinstance(content, str):  # a str subclass
+            out.append({"role": "user", "content": content, REF: len(units)})
+            units.append(Unit("user", i))
+            continue
+        others: list[int] = []
+        has_text = False
         for b, block in enumerate(content):
-            if block.get("type") == "tool_result":
-                result = block.get("content")
-                view_result = view_content(result) if isinstance(result, list | str) else ""
-                tool = {
+            kind = block.get("type")
+            if kind != "tool_result":
+                others.append(b)
+                if kind == "text":
+                    has_text = True
+                continue
+            result = block.get("content")
+            out.append(
+                {
                     "role": "tool",
                     "tool_call_id": str(block.get("tool_use_id", "")),
-                    "content": view_result,
+                    "content": view_content(result) if isinstance(result, list | str) else "",
+                    REF: len(units),
                 }
-                view.add(tool, Unit("result", i, items=[b]))
-        has_text = any(content[b].get("type") == "text" for b in others)
+            )
+            units.append(Unit("result", i, items=[b]))
         if others and (has_text or len(others) == len(content)):
-            user = {"role": "user", "content": [view_part(content[b]) for b in others]}
-            view.add(user, Unit("user", i, items=others))
+            out.append({"role": "user", "content": [view_part(content[b]) for b in others], REF: len(units)})
+            units.append(Unit("user", i, items=others))
+    spans.append(len(units))
     return view
 
 
-def _assistant_view(content: Any) -> Message:
+def _assistant_view(content: Any, ref: int) -> Message:
     if isinstance(content, str):
-        return {"role": "assistant", "content": content}
-    texts = [view_part(block) for block in content if block.get("type") == "text"]
-    calls = [
-        {
-            "id": str(block.get("id", "")),
-            "type": "function",
-            "function": {
-                "name": str(block.get("name", "")),
-                "arguments": compact_json(block.get("input", {})),
-            },
-        }
-        for block in content
-        if block.get("type") == "tool_use"
-    ]
+        return {"role": "assistant", "content": content, REF: ref}
+    texts: list[Any] = []
+    calls: list[dict[str, Any]] = []
+    for block in content:
+        kind = block.get("type")
+        if kind == "text":
+            texts.append(view_part(block))
+        elif kind == "tool_use":
+            calls.append(
+                {
+                    "id": str(block.get("id", "")),
+                    "type": "function",
+                    "function": {
+                        "name": str(block.get("name", "")),
+                        "arguments": compact_json(block.get("input", {})),
+                    },
+                }
+            )
     message: Message = {"role": "assistant", "content": texts or None}
     if calls:
         message["tool_calls"] = calls
     elif not texts:  # thinking or server tool blocks alone: opaque
         message["content"] = "(" + ", ".join(str(block.get("type")) for block in content) + ")"
+    message[REF] = ref
     return message
 
 
@@ -155,18 +194,15 @@ def rebuild(body: dict[str, Any], view: View, sent: Sequence[Message]) -> dict[s
         kept[ref] = message
         if message is originals[ref]:
             same[index] = same.get(index, 0) + 1
-    refs_of: dict[int, list[int]] = {}
-    for ref, unit in enumerate(units):
-        if unit.kind != "system":
-            refs_of.setdefault(unit.index, []).append(ref)
+    spans = view.spans
     out: list[dict[str, Any]] = []
     for entry in order:
         if isinstance(entry, dict):
             native: dict[str, Any] | None = entry
-        elif same.get(entry) == len(refs_of[entry]):  # every view message of it untouched
+        elif same.get(entry) == spans[entry + 1] - spans[entry]:  # every view message of it untouched
             native = without_annotations(natives[entry])
         else:
-            native = _native(natives[entry], view, refs_of[entry], pieces[entry])
+            native = _native(natives[entry], view, range(spans[entry], spans[entry + 1]), pieces[entry])
         if native is not None and native.get("content") not in ([], ""):
             out.append(native)
     if out and out[0].get("role") != "user":
@@ -193,12 +229,11 @@ def _system(system: Any, view: View, kept: Message | None, extra: list[str]) -> 
 
 
 def _native(
-    native: dict[str, Any], view: View, refs: list[int], kept: dict[int, Message]
+    native: dict[str, Any], view: View, refs: Sequence[int], kept: dict[int, Message]
 ) -> dict[str, Any] | None:
     """One native message as the chain left the view messages made of it (``refs``: all of them)."""
-    if len(kept) == len(refs) and all(
-        kept[r] is view.messages[r] or _same(kept[r], view.messages[r]) for r in refs
-    ):
+    originals = view.messages
+    if len(kept) == len(refs) and all(kept[r] is originals[r] or _same(kept[r], originals[r]) for r in refs):
         same: dict[str, Any] = without_annotations(native)
         return same
     content = native["content"]
@@ -209,22 +244,24 @@ def _native(
         ((ref, after),) = kept.items()
         return {**native, "content": text_of(after.get("content"))}
     blocks: list[Any] = []
-    user_unit = next((r for r in refs if view.units[r].kind == "user"), None)
+    units = view.units
+    user_unit: int | None = None
+    results: dict[int, int] = {}  # block position -> the ref of its tool message
+    for r in refs:
+        unit = units[r]
+        if unit.kind == "result":
+            results[unit.items[0]] = r
+        elif user_unit is None and unit.kind == "user":
+            user_unit = r
     for b, block in enumerate(content):
         if block.get("type") == "tool_result":
-            found = next(
-                (r for r in refs if view.units[r].kind == "result" and view.units[r].items == [b]), None
-            )
+            found = results.get(b)
             if found is None or found not in kept:
                 continue
-            after, before = kept[found], view.messages[found]
-            if after.get("content") != before.get("content") and isinstance(block.get("content"), list | str):
-                block = {
-                    **block,
-                    "content": written_back(
-                        block["content"], before.get("content"), after.get("content"), "text"
-                    ),
-                }
+            new, old = kept[found].get("content"), originals[found].get("content")
+            native_result = block.get("content")
+            if new != old and isinstance(native_result, (list, str)):
+                block = {**block, "content": written_back(native_result, old, new, "text")}
             blocks.append(block)
         elif user_unit is None:
             blocks.append(block)  # travels with the message's tool results
@@ -334,5 +371,12 @@ def _marks(value: Any) -> int:
             count += 1
         content = item.get("content")
         if content.__class__ is list:
-            count += _marks(content)
+            for block in content:  # one level inline: the usual depth, without a call per message
+                if block.__class__ is not dict:
+                    continue
+                if block.get("cache_control"):
+                    count += 1
+                inner = block.get("content")
+                if inner.__class__ is list:
+                    count += _marks(inner)
     return count

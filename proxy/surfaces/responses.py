@@ -24,7 +24,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from proxy.core.messages import Message, text_of
+from proxy.core.messages import ANNOTATION_KEYS, Message, text_of
 from proxy.errors import InvalidRequestError
 from proxy.surfaces._view import (
     REF,
@@ -147,21 +147,32 @@ def to_view(body: dict[str, Any]) -> View:
         view.add(message, Unit("step", items=step.items, opaque=step.text_item is None and not step.calls))
         step = None
 
+    out, units = view.messages, view.units
     for i, item in enumerate(items):
         kind = kinds[i]
-        role = item.get("role")
-        if kind == "message" and role != "assistant":
-            close()
-            message = {"role": role, "content": view_content(item.get("content")), **annotations_of(item)}
-            view.add(message, Unit("message", i))
+        if kind == "message" and item.get("role") != "assistant":
+            if step is not None:
+                close()
+            message = {"role": item["role"], "content": view_content(item.get("content"))}
+            if not ANNOTATION_KEYS.isdisjoint(item):
+                message.update(annotations_of(item))
+            message[REF] = len(units)
+            units.append(Unit("message", i))
+            out.append(message)
         elif kind.endswith("_output"):
-            close()
+            if step is not None:
+                close()
             output = item.get("output")
-            content = view_content(output) if isinstance(output, list | str) else json.dumps(output)
-            view.add(
-                {"role": "tool", "tool_call_id": output_call_id(item) or "", "content": content},
-                Unit("output", i),
+            content = view_content(output) if isinstance(output, (list, str)) else json.dumps(output)
+            out.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": output_call_id(item) or "",
+                    "content": content,
+                    REF: len(units),
+                }
             )
+            units.append(Unit("output", i))
         elif kind in OPAQUE_ALONE or not kind:
             close()
             view.add({"role": "assistant", "content": f"({kind or 'item'})"}, Unit("opaque", i, opaque=True))
