@@ -243,8 +243,16 @@ def _native(
     if isinstance(content, str):
         ((ref, after),) = kept.items()
         return {**native, "content": text_of(after.get("content"))}
-    blocks: list[Any] = []
     units = view.units
+    if len(content) == 1 and len(refs) == 1 and units[refs[0]].kind == "result":
+        # one tool result alone (the usual shape): its text written back, no block bookkeeping
+        block, ref = content[0], refs[0]
+        new, old = kept[ref].get("content"), originals[ref].get("content")
+        result = block.get("content")
+        if new != old and isinstance(result, (list, str)):
+            block = {**block, "content": written_back(result, old, new, "text")}
+        return {**native, "content": [block]}
+    blocks: list[Any] = []
     user_unit: int | None = None
     results: dict[int, int] = {}  # block position -> the ref of its tool message
     for r in refs:
