@@ -122,6 +122,16 @@ def test_too_many_header_lines_are_431(tmp_path: Path) -> None:
     assert status_of(answer) == 431 and "limits.max_headers" in error_of(answer)["message"]
 
 
+def test_a_messages_request_is_refused_in_anthropics_error_shape(tmp_path: Path) -> None:
+    with served(tmp_path, {"max_headers": 20}) as address, connect(address) as sock:
+        lines = b"".join(b"X-H%d: v\r\n" % i for i in range(30))
+        sock.sendall(b"POST /v1/messages?beta=true HTTP/1.1\r\nHost: proxy\r\n" + lines + b"\r\n")
+        answer = read_answer(sock)
+    assert status_of(answer) == 431
+    body = json.loads(answer.partition(b"\r\n\r\n")[2])
+    assert body["type"] == "error" and "limits.max_headers" in body["error"]["message"]
+
+
 def test_heads_within_the_limits_are_served(tmp_path: Path) -> None:
     with served(tmp_path, {"max_headers": 20}) as address, connect(address) as sock:
         lines = b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 500) for i in range(18))

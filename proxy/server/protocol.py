@@ -27,6 +27,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from proxy.config.models import LimitsConfig
 from proxy.errors import HeadersTooLargeError, ProxyError, RequestTimeoutError, render_error
 from proxy.observability.access import fresh_request_id
+from proxy.server.surfaces import error_surface
 
 log = logging.getLogger("history_proxy")
 
@@ -187,6 +188,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             )
         )
 
+    def _error_surface(self) -> str:
+        """The error shape of the surface the request's target names, as far as it was read."""
+        target = bytes(getattr(self, "url", b"") or b"").decode("latin-1")
+        return error_surface(target.partition("?")[0])
+
     def _refuse(self, error: ProxyError) -> None:
         self._refusal = error
         self._write_refusal(error)
@@ -205,7 +211,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         ):
             self.transport.close()  # an answer is being sent on this connection: only closing is left
             return
-        body = render_error(error)
+        body = render_error(error, self._error_surface())
         head = [
             b"HTTP/1.1 %d %s\r\n" % (error.status_code, _REASONS[error.status_code]),
             b"content-type: application/json\r\n",
