@@ -12,7 +12,8 @@ import json
 from typing import Any
 
 from proxy.core.messages import ANNOTATION_KEYS, Message, leading_system_count, text_of
-from proxy.surfaces._view import compact_json
+from proxy.core.tokens import TokenCounter
+from proxy.surfaces._view import View, compact_json
 
 VENDOR_KEYS = frozenset({"name", "reasoning_content", "refusal", "audio"})
 PNG = "iVBORw0KGgo="
@@ -289,3 +290,18 @@ def messages_errors(body: dict[str, Any]) -> list[str]:
     if marks > 4:
         errors.append(f"{marks} cache_control marks (at most 4)")
     return errors
+
+
+def miscounted(view: View, counter: TokenCounter) -> list[int]:
+    """The view messages whose count, taken while the view was built, is not the pipeline's own.
+
+    A count must be what :meth:`TokenCounter.each_plain` gives the message (which also says it is of
+    the plain shape, so the pipeline may skip checking it); None leaves the message to the pipeline.
+    """
+    assert len(view.counts) == len(view.messages)
+    fresh = counter.for_request()
+    return [
+        i
+        for i, (message, tokens) in enumerate(zip(view.messages, view.counts, strict=True))
+        if tokens is not None and fresh.each_plain([message]) != [tokens]
+    ]

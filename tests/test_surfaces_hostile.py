@@ -15,8 +15,10 @@ from proxy.core.identity import Identity
 from proxy.core.tokens import TokenCounters
 from proxy.errors import InvalidRequestError
 from proxy.pipeline.run import Pipeline
+from proxy.surfaces import messages, responses
 from proxy.surfaces.shape import shape
 from tests.strategies import PROPERTY_SETTINGS
+from tests.surface_bodies import miscounted
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
@@ -129,3 +131,7 @@ def test_any_json_anywhere_is_a_400_or_a_request(data: st.DataObject, surface: s
     body = poke(responses_body() if surface == "responses" else messages_body(), path, copy.deepcopy(value))
     with contextlib.suppress(InvalidRequestError):
         asyncio.run(shape(surface, PIPELINE, body, Identity(role="r"), "u"))  # type: ignore[arg-type]
+    counter = PIPELINE.tokens.get(model="gpt-4o")
+    with contextlib.suppress(InvalidRequestError):  # whatever the adapter counted is what the pipeline counts
+        view = (responses if surface == "responses" else messages).to_view(body, counter)
+        assert miscounted(view, counter) == []

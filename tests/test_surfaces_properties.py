@@ -5,6 +5,8 @@ request, with what only those surfaces carry (reasoning and server tool items, s
 server tool blocks). For every filter case of :mod:`tests.test_properties` and for random chains:
 
 - the written-back request is valid for its API (:mod:`tests.surface_bodies`);
+- every view message the adapter counted while building the view has the count the pipeline would
+  give it, and is of the plain shape the pipeline would skip checking;
 - reasoning, thinking, server tool and compaction items are byte-identical to ones the client sent;
 - items the chain left alone keep their order, and a chain that changed nothing sends the request as it came;
 - the chain decided as it does on chat completions: the written-back request, read again as the view,
@@ -37,6 +39,7 @@ from tests.surface_bodies import (
     anthropic_chat,
     messages_body,
     messages_errors,
+    miscounted,
     plain_chat,
     responses_body,
     responses_errors,
@@ -127,6 +130,9 @@ def check(chain: list[Filter], chat: list[Message], surface: str, extras: list[i
         conversation = anthropic_chat(chat)
         body = messages_body(conversation, extras)
     snapshot = copy.deepcopy(body)
+    adapter = responses if surface == "responses" else anthropic
+    counter = pipeline.tokens.get(model=body["model"])
+    assert miscounted(adapter.to_view(body, counter), counter) == []
     try:
         expected = asyncio.run(
             pipeline.run({"model": body["model"], "messages": conversation}, IDENTITY, "u")
@@ -144,7 +150,6 @@ def check(chain: list[Filter], chat: list[Message], surface: str, extras: list[i
     assert in_order(items(sent, surface), items(snapshot, surface))
     if expected.body["messages"] == conversation:
         assert sent == snapshot, "a chain that changed nothing must send the request as it came"
-    adapter = responses if surface == "responses" else anthropic
     seen_again = adapter.to_view(sent).messages
     skip = surface == "messages"
     got = key(seen_again, skip_system=skip)

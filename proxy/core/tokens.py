@@ -63,6 +63,14 @@ class TokenCounter:
         view._held = []
         return view
 
+    @property
+    def known(self) -> dict[str, int]:
+        """The per-string counts so far, for callers that count many strings in a loop of their own.
+
+        Read only: look a string up, and count one missing through :meth:`text`.
+        """
+        return self._strings.cache
+
     def text(self, text: str) -> int:
         """Tokens of one string."""
         cached = self._strings.cache.get(text)
@@ -152,7 +160,14 @@ class TokenCounter:
         valid request message, so a request is checked and counted in the same walk over its
         fields; the caller checks the others in full.
         """
-        counts = [self._plain_walk(message) for message in messages]
+        return self.remember(messages, [self._plain_walk(message) for message in messages])
+
+    def remember(self, messages: Sequence[Any], counts: list[int | None]) -> list[int | None]:
+        """Take ``counts`` (as :meth:`each_plain` gives them) as the counts of ``messages``; gives them back.
+
+        For a caller that counted while building the messages (a surface adapter's view): every
+        non-None count must be what :meth:`message` would count, and its message of the plain shape.
+        """
         counted = self._counted
         if counted is not None:
             if None in counts:

@@ -34,7 +34,7 @@ from proxy.core.windows import output_reserve, window_of
 from proxy.errors import FilterError, InvalidRequestError, PayloadTooLargeError
 from proxy.filters.base import Filter, FilterContext, Summarizer
 
-__all__ = ["FilterOutcome", "Pipeline", "PipelineResult", "request_messages", "tokens_by_role"]
+__all__ = ["FilterOutcome", "Pipeline", "PipelineResult", "request_messages"]
 
 log = logging.getLogger("history_proxy.pipeline")
 
@@ -75,11 +75,6 @@ class PipelineResult:
         return replace(self, body={}, filtered_messages=[])
 
 
-def tokens_by_role(counter: TokenCounter, messages: Sequence[Message]) -> dict[str, int]:
-    """Message tokens summed per role (reply priming not included)."""
-    return _by_role(messages, counter.each(messages))
-
-
 def _by_role(messages: Sequence[Message], counts: Sequence[int]) -> dict[str, int]:
     by_role: dict[str, int] = {}
     for message, tokens in zip(messages, counts, strict=True):
@@ -103,13 +98,18 @@ def _side_of(messages: Sequence[Message], by_role: dict[str, int]) -> dict[str, 
     return {"messages": len(messages), "tokens": sum(by_role.values()) + 3, "tokens_by_role": by_role}
 
 
-def _checked_side(counter: TokenCounter, messages: list[Any]) -> dict[str, Any]:
+def _checked_side(
+    counter: TokenCounter, messages: list[Any], counted: list[int | None] | None
+) -> dict[str, Any]:
     """:func:`request_messages`' checks of every message and the tokens before the chain, in one walk.
 
-    The messages of the plain shape are checked and counted together (:meth:`TokenCounter.each_plain`);
-    the others are checked in full, in order, and counted the usual way.
+    The messages of the plain shape are checked and counted together (:meth:`TokenCounter.each_plain`,
+    or ``counted`` by the caller); the others are checked in full, in order, and counted the usual way.
     """
-    counts = counter.each_plain(messages)
+    if counted is None or len(counted) != len(messages):
+        counts = counter.each_plain(messages)
+    else:
+        counts = counter.remember(messages, counted)
     if None in counts:
         check_messages(messages, counts)
         return _side(counter, messages)
@@ -195,11 +195,13 @@ class Pipeline:
         upstream: str | None = None,
         *,
         cache_marks: bool = True,
+        counted: list[int | None] | None = None,
     ) -> PipelineResult:
         """Filter ``body`` for ``identity``; raises ``InvalidRequestError`` or ``FilterError``.
 
         ``cache_marks=False``: leave the ``cache_control`` slot to the caller (a surface adapter
-        places native marks itself).
+        places native marks itself). ``counted``: each message's tokens as ``each_plain`` gives them,
+        counted by the caller (a surface adapter, building its view); only None ones are checked here.
         """
         started = time.perf_counter()
         original: list[Message] = message_list(body)
@@ -213,7 +215,7 @@ class Pipeline:
         model = body.get("model") if isinstance(body.get("model"), str) else ""
         ctx = self.context(identity, str(model), upstream, body=body)
         counter = ctx.tokens.get(model=ctx.model)  # the request's view: each message object counted once
-        before = _checked_side(counter, original)  # checks the messages too: filters then read them safely
+        before = _checked_side(counter, original, counted)  # checked too: filters then read them safely
         resolved = self.resolve(identity.role, identity.tenant)
         chain, mode = resolved.chain, resolved.mode
 

@@ -21,6 +21,7 @@ import orjson
 
 from proxy.core.identity import Identity
 from proxy.core.messages import ANNOTATION_KEYS, Message, text_of
+from proxy.core.tokens import TokenCounter
 from proxy.pipeline.run import Pipeline, PipelineResult
 
 REF = "history_ref"
@@ -41,7 +42,7 @@ class Unit:
     kind: str
     index: int = -1
     """The native item's (or message's) position; -1 for body-level units (instructions, system)."""
-    items: list[int] = field(default_factory=list)
+    items: Sequence[int] = ()
     """Further positions (a Responses step's items; a Messages block index)."""
     opaque: bool = False
     """Kept or dropped whole, never edited."""
@@ -56,11 +57,15 @@ class View:
     spans: list[int] = field(default_factory=list)
     """Where each native message's view messages start (the refs of message ``i`` are
     ``range(spans[i], spans[i + 1])``); kept by adapters whose units follow the native order."""
+    counts: list[int | None] = field(default_factory=list)
+    """Each view message's tokens by the chat recipe, counted while it was built; None for a message
+    the pipeline must check and count itself (see ``Pipeline.run``'s ``counted``)."""
 
-    def add(self, message: Message, unit: Unit) -> Message:
+    def add(self, message: Message, unit: Unit, tokens: int | None = None) -> Message:
         message[REF] = len(self.units)
         self.units.append(unit)
         self.messages.append(message)
+        self.counts.append(tokens)
         return message
 
 
@@ -97,6 +102,20 @@ def view_content(content: Any) -> Any:
     if isinstance(content, list):
         return [view_part(part) for part in content]
     return content if isinstance(content, str) else None
+
+
+def counted_content(content: str | list[Any], counter: TokenCounter) -> tuple[Any, int]:
+    """Native content as view content (:func:`view_content`) and its tokens by the chat recipe."""
+    if isinstance(content, str):
+        return content, counter.text(content)
+    parts = [view_part(part) for part in content]
+    known, count = counter.known.get, counter.text
+    tokens = 0
+    for part in parts:
+        text = part.get("text")
+        if text is not None:
+            tokens += known(text) or count(text)
+    return parts, tokens
 
 
 def written_back(native: Any, before: Any, after: Any, text_type: str) -> Any:
@@ -160,8 +179,9 @@ async def run_view(
     surface: str,
 ) -> Shaped:
     """Run the caller's chain over ``view`` and rebuild the native body from what it kept."""
+    counted = view.counts if len(view.counts) == len(view.messages) else None
     result = await pipeline.run(
-        {"model": model, "messages": view.messages}, identity, upstream, cache_marks=False
+        {"model": model, "messages": view.messages}, identity, upstream, cache_marks=False, counted=counted
     )
     sent = result.body["messages"]
     body = rebuild(sent)

@@ -21,25 +21,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from proxy.core.invariants import MAX_CACHE_MARKS
-from proxy.core.messages import Message, text_of
+from proxy.core.messages import ANNOTATION_KEYS, Message, text_of
+from proxy.core.tokens import TOKENS_PER_MESSAGE, TokenCounter, approximate_length
 from proxy.errors import InvalidRequestError
-from proxy.filters.cache_control import CacheControl
 from proxy.surfaces._view import (
     REF,
     Unit,
     View,
     compact_json,
+    counted_content,
     unchanged,
-    view_content,
     view_part,
     without_annotations,
     written_back,
 )
+from proxy.surfaces.marks import UNMARKABLE
 
 SURFACE = "messages"
 OMITTED = "(earlier messages were left out by history-proxy)"
-UNMARKABLE = ("thinking", "redacted_thinking")  # a tuple: a hostile block type may be unhashable
 
 
 def message_list(body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -73,39 +72,53 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
     return content if isinstance(content, list) else []
 
 
-def to_view(body: dict[str, Any]) -> View:
-    """The request as chat messages for the chain (``messages`` checked as :func:`message_list` does)."""
+def to_view(body: dict[str, Any], counter: TokenCounter | None = None) -> View:
+    """The request as chat messages for the chain (``messages`` checked as :func:`message_list` does).
+
+    Each view message is counted by the chat recipe as it is built, with ``counter``'s strings (an
+    approximate counter of its own when none is given), so the pipeline does not walk it again.
+    """
     natives = body.get("messages")
     if not isinstance(natives, list) or not natives:
         _fault(body)
+    counter = counter or TokenCounter(approximate_length)
+    known, count = counter.known.get, counter.text
+    base = {role: TOKENS_PER_MESSAGE + count(role) for role in ("system", "user", "assistant", "tool")}
+    tool_base = base["tool"]
     view = View([], [])
-    out, units, spans = view.messages, view.units, view.spans
+    out, units, spans, counts = view.messages, view.units, view.spans, view.counts
     system = body.get("system")
     if isinstance(system, str | list) and system:
-        view.add({"role": "system", "content": view_content(system)}, Unit("system"))
-    # one walk checks and converts; the view is built in order, so the first message at fault is named
+        content, tokens = counted_content(system, counter)
+        view.add({"role": "system", "content": content}, Unit("system"), base["system"] + tokens)
+    # one walk checks, converts and counts; in order, so the first message at fault is named
     for i, message in enumerate(natives):
         spans.append(len(units))
-        if not isinstance(message, dict):
+        if message.__class__ is not dict and not isinstance(message, dict):
             _fault(body)
         role = message.get("role")
         content = message.get("content")
         if content.__class__ is str and (role == "user" or role == "assistant"):
             out.append({"role": role, "content": content, REF: len(units)})
             units.append(Unit(role, i))
+            counts.append(base[role] + (known(content) or count(content)))
             continue
-        if role not in ("user", "assistant") or not (
-            isinstance(content, str)
-            or (isinstance(content, list) and all(isinstance(block, dict) for block in content))
-        ):
+        if role != "user" and role != "assistant":
             _fault(body)
+        if content.__class__ is not list:
+            if not isinstance(content, str | list):
+                _fault(body)
+            if isinstance(content, str):  # a str subclass: the pipeline checks and counts it
+                view.add({"role": role, "content": content}, Unit(role, i))
+                continue
+        for block in content:
+            if block.__class__ is not dict and not isinstance(block, dict):
+                _fault(body)
         if role == "assistant":
-            out.append(_assistant_view(content, len(units)))
+            assistant, tokens = _assistant_view(content, len(units), counter)
+            out.append(assistant)
             units.append(Unit("assistant", i))
-            continue
-        if isinstance(content, str):  # a str subclass
-            out.append({"role": "user", "content": content, REF: len(units)})
-            units.append(Unit("user", i))
+            counts.append(base["assistant"] + tokens)
             continue
         others: list[int] = []
         has_text = False
@@ -116,50 +129,64 @@ def to_view(body: dict[str, Any]) -> View:
                 if kind == "text":
                     has_text = True
                 continue
+            call_id = block.get("tool_use_id", "")
+            if call_id.__class__ is not str:
+                call_id = str(call_id)
             result = block.get("content")
-            out.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": str(block.get("tool_use_id", "")),
-                    "content": view_content(result) if isinstance(result, list | str) else "",
-                    REF: len(units),
-                }
-            )
-            units.append(Unit("result", i, items=[b]))
+            if result.__class__ is str:
+                tokens = known(result) or count(result)
+            elif isinstance(result, list | str):
+                result, tokens = counted_content(result, counter)
+            else:
+                result, tokens = "", 0
+            out.append({"role": "tool", "tool_call_id": call_id, "content": result, REF: len(units)})
+            units.append(Unit("result", i, (b,)))
+            counts.append(tool_base + (known(call_id) or count(call_id)) + tokens)
         if others and (has_text or len(others) == len(content)):
-            out.append({"role": "user", "content": [view_part(content[b]) for b in others], REF: len(units)})
-            units.append(Unit("user", i, items=others))
+            parts, tokens = counted_content([content[b] for b in others], counter)
+            out.append({"role": "user", "content": parts, REF: len(units)})
+            units.append(Unit("user", i, others))
+            counts.append(base["user"] + tokens)
     spans.append(len(units))
     return view
 
 
-def _assistant_view(content: Any, ref: int) -> Message:
-    if isinstance(content, str):
-        return {"role": "assistant", "content": content, REF: ref}
+def _assistant_view(content: list[dict[str, Any]], ref: int, counter: TokenCounter) -> tuple[Message, int]:
+    """An assistant message's view (its texts and tool calls) and its tokens less the role's."""
+    known, count = counter.known.get, counter.text
     texts: list[Any] = []
     calls: list[dict[str, Any]] = []
+    tokens = 0
     for block in content:
         kind = block.get("type")
         if kind == "text":
-            texts.append(view_part(block))
+            part = view_part(block)
+            texts.append(part)
+            text = part.get("text")
+            if text is not None:
+                tokens += known(text) or count(text)
         elif kind == "tool_use":
+            name = block.get("name", "")
+            if name.__class__ is not str:
+                name = str(name)
+            arguments = compact_json(block.get("input", {}))
+            tokens += (known(name) or count(name)) + (known(arguments) or count(arguments))
             calls.append(
                 {
                     "id": str(block.get("id", "")),
                     "type": "function",
-                    "function": {
-                        "name": str(block.get("name", "")),
-                        "arguments": compact_json(block.get("input", {})),
-                    },
+                    "function": {"name": name, "arguments": arguments},
                 }
             )
     message: Message = {"role": "assistant", "content": texts or None}
     if calls:
         message["tool_calls"] = calls
     elif not texts:  # thinking or server tool blocks alone: opaque
-        message["content"] = "(" + ", ".join(str(block.get("type")) for block in content) + ")"
+        opaque = "(" + ", ".join(str(block.get("type")) for block in content) + ")"
+        message["content"] = opaque
+        tokens = count(opaque)
     message[REF] = ref
-    return message
+    return message, tokens
 
 
 def rebuild(body: dict[str, Any], view: View, sent: Sequence[Message]) -> dict[str, Any]:
@@ -167,12 +194,13 @@ def rebuild(body: dict[str, Any], view: View, sent: Sequence[Message]) -> dict[s
     natives = body["messages"]  # checked by to_view
     if unchanged(view, sent):
         return body
-    order: list[int | dict[str, Any]] = []  # native message positions, or messages a filter made
-    pieces: dict[int, dict[int, Message]] = {}  # native position -> unit ref -> surviving view message
-    same: dict[int, int] = {}  # native position -> how many of its view messages came back untouched
+    out: list[dict[str, Any] | None] = []
+    placed: set[int] = set()  # native positions of one view message, written already
+    pieces: dict[int, dict[int, Message]] = {}  # native position (of several view messages) -> ref -> kept
+    slots: dict[int, int] = {}  # native position (of several view messages) -> its place in ``out``
     system_kept: Message | None = None
     extra_system: list[str] = []
-    units, originals = view.units, view.messages
+    units, originals, spans = view.units, view.messages, view.spans
     for message in sent:
         ref = message.get(REF)
         if ref.__class__ is not int:
@@ -180,34 +208,34 @@ def rebuild(body: dict[str, Any], view: View, sent: Sequence[Message]) -> dict[s
             if message.get("role") in ("system", "developer"):
                 extra_system.append(text)
             elif text and message.get("role") in ("user", "assistant"):
-                order.append({"role": message["role"], "content": [{"type": "text", "text": text}]})
+                out.append({"role": message["role"], "content": [{"type": "text", "text": text}]})
             continue
-        unit = units[ref]
-        if unit.kind == "system":
+        index = units[ref].index
+        if index < 0:  # the system unit
             system_kept = message
             continue
-        index = unit.index
+        if spans[index + 1] - spans[index] == 1:  # the usual native message: one view message
+            if index in placed:
+                continue
+            placed.add(index)
+            native = natives[index]
+            if message is originals[ref]:
+                out.append(native if ANNOTATION_KEYS.isdisjoint(native) else without_annotations(native))
+            else:
+                out.append(_native(native, view, (ref,), {ref: message}))
+            continue
         kept = pieces.get(index)
         if kept is None:
             kept = pieces[index] = {}
-            order.append(index)
+            slots[index] = len(out)
+            out.append(None)
         kept[ref] = message
-        if message is originals[ref]:
-            same[index] = same.get(index, 0) + 1
-    spans = view.spans
-    out: list[dict[str, Any]] = []
-    for entry in order:
-        if isinstance(entry, dict):
-            native: dict[str, Any] | None = entry
-        elif same.get(entry) == spans[entry + 1] - spans[entry]:  # every view message of it untouched
-            native = without_annotations(natives[entry])
-        else:
-            native = _native(natives[entry], view, range(spans[entry], spans[entry + 1]), pieces[entry])
-        if native is not None and native.get("content") not in ([], ""):
-            out.append(native)
-    if out and out[0].get("role") != "user":
-        out.insert(0, {"role": "user", "content": OMITTED})
-    rebuilt = {**body, "messages": out}
+    for index, kept in pieces.items():
+        out[slots[index]] = _native(natives[index], view, range(spans[index], spans[index + 1]), kept)
+    written = [native for native in out if native is not None and native.get("content") not in ([], "")]
+    if written and written[0].get("role") != "user":
+        written.insert(0, {"role": "user", "content": OMITTED})
+    rebuilt = {**body, "messages": written}
     system = _system(body.get("system"), view, system_kept, extra_system)
     if system is None:
         rebuilt.pop("system", None)
@@ -287,7 +315,11 @@ def _same(a: Message, b: Message) -> bool:
 
 
 def _user_blocks(
-    content: list[dict[str, Any]], blocks: list[Any], positions: list[int], before: Message, after: Message
+    content: list[dict[str, Any]],
+    blocks: list[Any],
+    positions: Sequence[int],
+    before: Message,
+    after: Message,
 ) -> list[Any]:
     if after.get("content") == before.get("content"):
         return blocks
@@ -315,76 +347,3 @@ def _assistant_content(content: Any, before: Message, after: Message) -> Any:
         at = next((n for n, b in enumerate(out) if b.get("type") not in UNMARKABLE), len(out))
         out.insert(at, {"type": "text", "text": text})
     return out
-
-
-def place_marks(body: dict[str, Any], slot: CacheControl) -> dict[str, Any]:
-    """Native ``cache_control`` marks on the newest eligible messages, as the slot says.
-
-    The client's own marks (on tools, system and messages) are kept and count towards the limit of
-    4; a message already carrying one counts as marked. A user message holding tool results is of
-    role ``tool`` for ``tagged_roles``; the mark goes on its last (``part: first``: first) block
-    that may carry one (not ``thinking``). Applying it twice equals applying it once.
-    """
-    messages = body.get("messages")
-    if not isinstance(messages, list):
-        return body
-    room = MAX_CACHE_MARKS - _marks(body.get("tools")) - _marks(body.get("system")) - _marks(messages)
-    mark = slot.mark()
-    out = list(messages)
-    counted = 0
-    for age, i in enumerate(range(len(out) - 1, -1, -1)):
-        if counted >= slot.last_n_messages:
-            break
-        message = out[i]
-        content = message.get("content")
-        if age < slot.last_n_messages_offset or not content or _role(message) not in slot.tagged_roles:
-            continue
-        if _marks([message]) == 0:
-            blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
-            markable = [
-                n
-                for n, block in enumerate(blocks)
-                if isinstance(block, dict) and block.get("type") not in UNMARKABLE
-            ]
-            if room <= 0 or not markable:
-                continue
-            at = markable[0] if slot.part == "first" else markable[-1]
-            blocks[at] = {**blocks[at], "cache_control": mark}
-            out[i] = {**message, "content": blocks}
-            room -= 1
-        counted += 1
-    return {**body, "messages": out}
-
-
-def _role(message: dict[str, Any]) -> str:
-    content = message.get("content")
-    if (
-        message.get("role") == "user"
-        and isinstance(content, list)
-        and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
-    ):
-        return "tool"
-    return str(message.get("role"))
-
-
-def _marks(value: Any) -> int:
-    """The ``cache_control`` marks in tools, system blocks or messages (blocks and tool results inside)."""
-    if not isinstance(value, list):
-        return 0
-    count = 0
-    for item in value:
-        if item.__class__ is not dict:
-            continue
-        if item.get("cache_control"):
-            count += 1
-        content = item.get("content")
-        if content.__class__ is list:
-            for block in content:  # one level inline: the usual depth, without a call per message
-                if block.__class__ is not dict:
-                    continue
-                if block.get("cache_control"):
-                    count += 1
-                inner = block.get("content")
-                if inner.__class__ is list:
-                    count += _marks(inner)
-    return count

@@ -24,7 +24,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from proxy.core.messages import ANNOTATION_KEYS, Message, text_of
+from proxy.core.messages import ANNOTATION_KEYS, KNOWN_ROLES, Message, text_of
+from proxy.core.tokens import TOKENS_PER_MESSAGE, TokenCounter, approximate_length
 from proxy.errors import InvalidRequestError
 from proxy.surfaces._view import (
     REF,
@@ -32,9 +33,9 @@ from proxy.surfaces._view import (
     View,
     annotations_of,
     compact_json,
+    counted_content,
     ref_of,
     unchanged,
-    view_content,
     without_annotations,
     written_back,
 )
@@ -89,17 +90,20 @@ def input_items(body: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
 
 
 def _call(item: dict[str, Any], kind: str) -> dict[str, Any]:
-    name = item.get("name") if isinstance(item.get("name"), str) else kind
+    name = item.get("name")
+    if name.__class__ is not str:
+        name = kind
     if kind == "function_call":
         arguments = item.get("arguments")
     elif kind == "custom_tool_call":
         arguments = item.get("input")
     else:
         arguments = compact_json(item.get("action", {}))
+    call_id = item.get("call_id", "")
     return {
-        "id": str(item.get("call_id", "")),
+        "id": call_id if call_id.__class__ is str else str(call_id),
         "type": "function",
-        "function": {"name": name, "arguments": arguments if isinstance(arguments, str) else ""},
+        "function": {"name": name, "arguments": arguments if arguments.__class__ is str else ""},
     }
 
 
@@ -113,15 +117,24 @@ class _Step:
         self.kinds: list[str] = []
 
 
-def to_view(body: dict[str, Any]) -> View:
-    """The request as chat messages for the chain."""
+def to_view(body: dict[str, Any], counter: TokenCounter | None = None) -> View:
+    """The request as chat messages for the chain.
+
+    Each view message is counted by the chat recipe as it is built, with ``counter``'s strings (an
+    approximate counter of its own when none is given), so the pipeline does not walk it again; a
+    message item with annotations or a role the chat API does not know is left for it to check.
+    """
+    counter = counter or TokenCounter(approximate_length)
+    known, count = counter.known.get, counter.text
     view = View([], [])
     instructions = body.get("instructions")
     if isinstance(instructions, str) and instructions:
-        view.add({"role": "system", "content": instructions}, Unit("instructions", opaque=True))
+        system: Message = {"role": "system", "content": instructions}
+        view.add(system, Unit("instructions", opaque=True), counter.message(system))
     raw = body.get("input")
     if isinstance(raw, str):
-        view.add({"role": "user", "content": raw}, Unit("input_string"))
+        only: Message = {"role": "user", "content": raw}
+        view.add(only, Unit("input_string"), counter.message(only))
         return view
     items, kinds = input_items(body)
     answered = {
@@ -129,6 +142,7 @@ def to_view(body: dict[str, Any]) -> View:
         for item, kind in zip(items, kinds, strict=True)
         if kind.endswith("_output") and (call_id := output_call_id(item)) is not None
     }
+    base = {role: TOKENS_PER_MESSAGE + count(role) for role in KNOWN_ROLES}
     step: _Step | None = None
 
     def close() -> None:
@@ -136,46 +150,69 @@ def to_view(body: dict[str, Any]) -> View:
         if step is None:
             return
         message: Message = {"role": "assistant"}
+        tokens = base["assistant"]
         if step.text_item is not None:
-            message["content"] = view_content(items[step.text_item].get("content"))
+            content = items[step.text_item].get("content")
+            if isinstance(content, str | list):
+                message["content"], text_tokens = counted_content(content, counter)
+                tokens += text_tokens
+            else:
+                message["content"] = None
         elif not step.calls:  # reasoning or server-side items alone: opaque
-            message["content"] = "(" + ", ".join(step.kinds) + ")"
+            message["content"] = opaque = "(" + ", ".join(step.kinds) + ")"
+            tokens += count(opaque)
         else:
             message["content"] = None
         if step.calls:
             message["tool_calls"] = step.calls
-        view.add(message, Unit("step", items=step.items, opaque=step.text_item is None and not step.calls))
+            for call in step.calls:
+                function = call["function"]
+                name, arguments = function["name"], function["arguments"]
+                tokens += (known(name) or count(name)) + (known(arguments) or count(arguments))
+        opaque_step = step.text_item is None and not step.calls
+        view.add(message, Unit("step", items=step.items, opaque=opaque_step), tokens)
         step = None
 
-    out, units = view.messages, view.units
+    out, units, counts = view.messages, view.units, view.counts
     for i, item in enumerate(items):
         kind = kinds[i]
         if kind == "message" and item.get("role") != "assistant":
             if step is not None:
                 close()
-            message = {"role": item["role"], "content": view_content(item.get("content"))}
-            if not ANNOTATION_KEYS.isdisjoint(item):
+            role = item["role"]
+            content = item.get("content")
+            if isinstance(content, str | list):
+                content, tokens = counted_content(content, counter)
+            else:
+                content, tokens = None, 0
+            message = {"role": role, "content": content, REF: len(units)}
+            plain = role in base and ANNOTATION_KEYS.isdisjoint(item)
+            if not plain:
                 message.update(annotations_of(item))
-            message[REF] = len(units)
             units.append(Unit("message", i))
             out.append(message)
+            counts.append(base[role] + tokens if plain else None)
         elif kind.endswith("_output"):
             if step is not None:
                 close()
             output = item.get("output")
-            content = view_content(output) if isinstance(output, (list, str)) else json.dumps(output)
-            out.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": output_call_id(item) or "",
-                    "content": content,
-                    REF: len(units),
-                }
-            )
+            if isinstance(output, list | str):
+                content, tokens = counted_content(output, counter)
+            else:
+                content = json.dumps(output)
+                tokens = count(content)
+            call_id = output_call_id(item) or ""
+            out.append({"role": "tool", "tool_call_id": call_id, "content": content, REF: len(units)})
             units.append(Unit("output", i))
+            counts.append(base["tool"] + (known(call_id) or count(call_id)) + tokens)
         elif kind in OPAQUE_ALONE or not kind:
             close()
-            view.add({"role": "assistant", "content": f"({kind or 'item'})"}, Unit("opaque", i, opaque=True))
+            opaque = f"({kind or 'item'})"
+            view.add(
+                {"role": "assistant", "content": opaque},
+                Unit("opaque", i, opaque=True),
+                base["assistant"] + count(opaque),
+            )
         else:  # assistant-side: a text message, reasoning, a call, a server-side tool item
             call_id = item.get("call_id")
             is_call = kind in TOOL_CALLS or (

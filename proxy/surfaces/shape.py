@@ -14,6 +14,7 @@ from proxy.errors import InvalidRequestError
 from proxy.pipeline.run import Pipeline
 from proxy.surfaces import messages, responses
 from proxy.surfaces._view import REF, Shaped, run_view, unfiltered
+from proxy.surfaces.marks import place_marks
 
 Surface = Literal["chat", "responses", "messages"]
 SURFACES: tuple[Surface, ...] = ("chat", "responses", "messages")
@@ -95,7 +96,7 @@ async def shape(
         result = await pipeline.run(body, identity, upstream)
         return Shaped(result.body, result)
     if surface == "responses":
-        view = responses.to_view(body)
+        view = responses.to_view(body, pipeline.tokens.get(model=model))
         state = responses.provider_state(body)
         if state is not None:
             return unfiltered(pipeline, body, view, model, identity, surface, state)
@@ -110,13 +111,13 @@ async def shape(
             lambda sent: responses.rebuild(body, view, sent),
             surface,
         )
-    view = messages.to_view(body)
+    view = messages.to_view(body, pipeline.tokens.get(model=model))
     shaped = await run_view(
         pipeline, view, model, identity, upstream, lambda sent: messages.rebuild(body, view, sent), surface
     )
     slot = pipeline.config.cache_control
     target = pipeline.config.upstreams.get(upstream or "")
     if slot is not None and target is not None and target.cache_control and shaped.result.mode == "enforce":
-        shaped.body = messages.place_marks(shaped.body, slot)
+        shaped.body = place_marks(shaped.body, slot)
         shaped.result.body = shaped.body
     return shaped
