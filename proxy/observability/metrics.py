@@ -211,7 +211,8 @@ class Metrics:
         )
         self.overflow_retries = Counter(
             "history_proxy_overflow_retries",
-            "Chat completions refused by the upstream as too long: retried fitted (outcome=retried) or "
+            "Requests (chat completions, Responses, Messages) refused by the upstream as too long: "
+            "retried fitted (outcome=retried) or "
             "passed back because nothing smaller fits (outcome=unfitted).",
             ["upstream", "outcome"],
             registry=self.registry,

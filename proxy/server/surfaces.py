@@ -3,7 +3,8 @@
 ``POST /v1/responses``, ``POST /v1/messages`` and ``POST /v1/messages/count_tokens`` read the caller,
 run its chain over the surface's view (:func:`proxy.surfaces.shape.shape`), forward the rebuilt
 native body on the surface it came in on, and relay the answer raw (JSON, or each API's own SSE
-events), with the same ``x-history-*`` headers, metrics and access line as chat completions. A
+events), with the same ``x-history-*`` headers, metrics and access line as chat completions, and
+the same one retry of a request the upstream refused as too long (:mod:`proxy.server.overflow`). A
 route that sends a surface to an upstream that does not speak it is answered 400. Errors on the
 Messages routes are written in Anthropic's error shape (``proxy.errors.ERROR_SHAPES["anthropic"]``,
 picked by :func:`error_surface`). The edge calls :func:`surface_call` under any root path; the
@@ -20,6 +21,7 @@ from proxy.pipeline.headers import history_headers
 from proxy.pipeline.run import PipelineResult
 from proxy.server.body import encode_json, parse_body, read_body
 from proxy.server.edge import Call, Outgoing
+from proxy.server.overflow import RETRY_HEADER, retry_if_overflow
 from proxy.surfaces.shape import PATHS, SPEAKS, Surface, shape, surface_named
 
 if TYPE_CHECKING:
@@ -83,8 +85,22 @@ async def surface_call(proxy: _Proxy, call: Call, route: str) -> Outgoing:
     if surface == "messages" and "anthropic-version" not in call.headers:
         headers = [*headers, ("anthropic-version", ANTHROPIC_VERSION)]
     reply = await proxy._open(call, exchange, path, names, content, headers)
+    answer = history_headers(shaped.result, identity.role)
+    if route != "/v1/messages/count_tokens":  # a count is never refused for length
+        retried = await retry_if_overflow(
+            reply,
+            content,
+            lambda fitted: proxy._open(call, exchange, path, [reply.upstream], fitted, headers),
+            config=config,
+            tokens=proxy.tokens,
+            metrics=proxy.metrics,
+            exchange=exchange,
+            surface=surface,
+        )
+        if retried is not None:
+            reply, answer[RETRY_HEADER] = retried[0], str(retried[1])
     reply.surface = surface
-    return await proxy._respond(reply, exchange, history_headers(shaped.result, identity.role))
+    return await proxy._respond(reply, exchange, answer)
 
 
 async def previewed(

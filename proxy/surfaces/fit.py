@@ -1,0 +1,87 @@
+"""A request of any surface cut to a token budget, still valid for its own API (overflow recovery, issue 18).
+
+When the upstream refuses a request as too long, the proxy sends it once more cut to a budget
+(:mod:`proxy.pipeline.overflow` reads the refusal and computes the budget). Chat completions are cut
+as they are; a Responses or Messages body goes through its adapter: native body -> view ->
+``token_limiter``'s rule on the view (whole groups, oldest first; the leading system message, the
+newest user message and the newest group stay) -> the adapter's ``rebuild``. So what is kept goes
+verbatim, ``reasoning`` and ``thinking`` items are never edited, call and result pairs stay whole,
+and a Messages history opens with a user message. A Messages body for an upstream with
+``cache_control`` gets its native marks placed again, as its first send did.
+
+A Responses request with ``previous_response_id`` or ``conversation`` keeps its history at the
+provider: the proxy has nothing to cut (``None``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.core.invariants import broken_invariants
+from proxy.core.tokens import TokenCounters
+from proxy.errors import InvalidRequestError
+from proxy.filters.base import FilterContext
+from proxy.filters.cache_control import CacheControl
+from proxy.filters.token_limiter import TokenLimiter
+from proxy.pipeline import overflow
+from proxy.surfaces import messages, responses
+from proxy.surfaces._view import View
+from proxy.surfaces.shape import Surface
+
+
+def history_tokens(surface: Surface, body: Any, tokens: TokenCounters) -> int | None:
+    """``body``'s history by our count (a chat body's messages, else its view), or ``None`` when the
+    proxy may not cut it."""
+    if surface == "chat":
+        history = body.get("messages") if isinstance(body, dict) else None
+    else:
+        view = _view(surface, body)
+        history = view.messages if view is not None else None
+    if not isinstance(history, list):
+        return None
+    return tokens.get(model=_model(body)).messages(history)
+
+
+def fit(
+    surface: Surface,
+    body: Any,
+    budget: int,
+    tokens: TokenCounters,
+    *,
+    marks: CacheControl | None = None,
+) -> dict[str, Any] | None:
+    """``body`` cut to ``budget`` tokens of its history, as its own API's request, or ``None`` when
+    no smaller valid request can be built.
+
+    ``marks``: the ``cache_control`` slot to place native marks with again (Messages only).
+    """
+    if surface == "chat":
+        return overflow.fit(body, budget, tokens) if isinstance(body, dict) else None
+    view = _view(surface, body)
+    if view is None:
+        return None
+    limiter = TokenLimiter(type="token_limiter", limit=budget)
+    kept = limiter.apply(view.messages, FilterContext(model=_model(body), tokens=tokens.for_request()))
+    if len(kept) == len(view.messages) or broken_invariants(view.messages, kept):
+        return None
+    if surface == "responses":
+        return responses.rebuild(body, view, kept)
+    fitted = messages.rebuild(body, view, kept)
+    return messages.place_marks(fitted, marks) if marks is not None else fitted
+
+
+def _view(surface: Surface, body: Any) -> View | None:
+    """A Responses or Messages body's view, or ``None`` when there is no history the proxy may cut."""
+    if not isinstance(body, dict):
+        return None
+    if surface == "responses" and responses.provider_state(body) is not None:
+        return None
+    try:
+        return responses.to_view(body) if surface == "responses" else messages.to_view(body)
+    except InvalidRequestError:
+        return None
+
+
+def _model(body: Any) -> str:
+    model = body.get("model") if isinstance(body, dict) else None
+    return model if isinstance(model, str) else ""
