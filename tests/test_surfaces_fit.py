@@ -20,6 +20,7 @@ from proxy.surfaces import messages as anthropic
 from proxy.surfaces import responses
 from proxy.surfaces._view import REF
 from proxy.surfaces.fit import fit, history_tokens
+from proxy.surfaces.marks import place_marks
 from proxy.surfaces.shape import Surface
 from tests.factories import corpus_files, exchange, system, user
 from tests.surface_bodies import (
@@ -138,7 +139,7 @@ def test_native_cache_marks_are_placed_again_on_the_cut_messages_request() -> No
         {"type": "text", "text": "You are a coding agent.", "cache_control": {"type": "ephemeral"}}
     ]
     slot = CacheControlSlot(last_n_messages=2)
-    sent = anthropic.place_marks(body, slot)  # as the first send placed them
+    sent = place_marks(body, slot)  # as the first send placed them
     before = history_tokens("messages", sent, TOKENS)
     assert before is not None
     fitted = fit("messages", sent, before // 3, TOKENS, marks=slot)

@@ -3,9 +3,8 @@
 Chat completions, Responses and Messages requests (not ``count_tokens``, and not a Responses request
 whose history lives at the provider) are cut to the budget by :func:`proxy.surfaces.fit.fit`, each
 valid for its own API. Only a whole JSON error answer is looked at, and only before any byte of it
-reached the client; the
-retry goes to the upstream that refused, once, and says so: the ``x-history-overflow-retry`` header
-(the budget it was fitted to), the access line's ``overflow_retry`` and
+reached the client; the retry goes to the upstream that refused, once, and says so: the
+``x-history-overflow-retry`` header (the budget it was fitted to), the access line's ``overflow_retry`` and
 ``history_proxy_overflow_retries_total{upstream, outcome}`` (``retried``, or ``unfitted`` when no
 smaller valid request could be built and the refusal went back as it came).
 """

@@ -26,6 +26,7 @@ from proxy.filters.token_limiter import TokenLimiter
 from proxy.pipeline import overflow
 from proxy.surfaces import messages, responses
 from proxy.surfaces._view import View
+from proxy.surfaces.marks import place_marks
 from proxy.surfaces.shape import Surface
 
 
@@ -35,7 +36,7 @@ def history_tokens(surface: Surface, body: Any, tokens: TokenCounters) -> int | 
     if surface == "chat":
         history = body.get("messages") if isinstance(body, dict) else None
     else:
-        view = _view(surface, body)
+        view = _view(surface, body, tokens)
         history = view.messages if view is not None else None
     if not isinstance(history, list):
         return None
@@ -57,7 +58,7 @@ def fit(
     """
     if surface == "chat":
         return overflow.fit(body, budget, tokens) if isinstance(body, dict) else None
-    view = _view(surface, body)
+    view = _view(surface, body, tokens)
     if view is None:
         return None
     limiter = TokenLimiter(type="token_limiter", limit=budget)
@@ -67,17 +68,18 @@ def fit(
     if surface == "responses":
         return responses.rebuild(body, view, kept)
     fitted = messages.rebuild(body, view, kept)
-    return messages.place_marks(fitted, marks) if marks is not None else fitted
+    return place_marks(fitted, marks) if marks is not None else fitted
 
 
-def _view(surface: Surface, body: Any) -> View | None:
+def _view(surface: Surface, body: Any, tokens: TokenCounters) -> View | None:
     """A Responses or Messages body's view, or ``None`` when there is no history the proxy may cut."""
     if not isinstance(body, dict):
         return None
     if surface == "responses" and responses.provider_state(body) is not None:
         return None
     try:
-        return responses.to_view(body) if surface == "responses" else messages.to_view(body)
+        counter = tokens.get(model=_model(body))
+        return responses.to_view(body, counter) if surface == "responses" else messages.to_view(body, counter)
     except InvalidRequestError:
         return None
 
