@@ -103,6 +103,17 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None) -> View:
             units.append(Unit(role, i))
             counts.append(base[role] + (known(content) or count(content)))
             continue
+        if role == "user" and content.__class__ is list and len(content) == 1:  # one tool result: the usual
+            block = content[0]
+            if block.__class__ is dict and block.get("type") == "tool_result":
+                call_id, result = block.get("tool_use_id", ""), block.get("content")
+                if call_id.__class__ is str and result.__class__ is str:
+                    out.append({"role": "tool", "tool_call_id": call_id, "content": result, REF: len(units)})
+                    units.append(Unit("result", i, (0,)))
+                    counts.append(
+                        tool_base + (known(call_id) or count(call_id)) + (known(result) or count(result))
+                    )
+                    continue
         if role != "user" and role != "assistant":
             _fault(body)
         if content.__class__ is not list:
@@ -159,25 +170,26 @@ def _assistant_view(content: list[dict[str, Any]], ref: int, counter: TokenCount
     tokens = 0
     for block in content:
         kind = block.get("type")
-        if kind == "text":
-            part = view_part(block)
-            texts.append(part)
-            text = part.get("text")
-            if text is not None:
-                tokens += known(text) or count(text)
-        elif kind == "tool_use":
-            name = block.get("name", "")
+        if kind == "tool_use":
+            name, call_id = block.get("name", ""), block.get("id", "")
             if name.__class__ is not str:
                 name = str(name)
             arguments = compact_json(block.get("input", {}))
             tokens += (known(name) or count(name)) + (known(arguments) or count(arguments))
             calls.append(
                 {
-                    "id": str(block.get("id", "")),
+                    "id": call_id if call_id.__class__ is str else str(call_id),
                     "type": "function",
                     "function": {"name": name, "arguments": arguments},
                 }
             )
+        elif kind == "text":
+            text = block.get("text")
+            if text.__class__ is str:
+                texts.append({"type": "text", "text": text})
+                tokens += known(text) or count(text)
+            else:
+                texts.append(view_part(block))
     message: Message = {"role": "assistant", "content": texts or None}
     if calls:
         message["tool_calls"] = calls
@@ -221,8 +233,14 @@ def rebuild(body: dict[str, Any], view: View, sent: Sequence[Message]) -> dict[s
             native = natives[index]
             if message is originals[ref]:
                 out.append(native if ANNOTATION_KEYS.isdisjoint(native) else without_annotations(native))
-            else:
-                out.append(_native(native, view, (ref,), {ref: message}))
+                continue
+            new, content = message.get("content"), native["content"]
+            if new.__class__ is str and content.__class__ is list and len(content) == 1:
+                block = content[0]  # one tool result whose text a filter rewrote (an elided observation)
+                if block.get("type") == "tool_result" and block.get("content").__class__ is str:
+                    out.append({**without_annotations(native), "content": [{**block, "content": new}]})
+                    continue
+            out.append(_native(native, view, (ref,), {ref: message}))
             continue
         kept = pieces.get(index)
         if kept is None:

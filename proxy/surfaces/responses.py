@@ -137,11 +137,7 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None) -> View:
         view.add(only, Unit("input_string"), counter.message(only))
         return view
     items, kinds = input_items(body)
-    answered = {
-        call_id
-        for item, kind in zip(items, kinds, strict=True)
-        if kind.endswith("_output") and (call_id := output_call_id(item)) is not None
-    }
+    answered: set[str] | None = None  # the calls an output answers: read when a server-side ``*_call`` asks
     base = {role: TOKENS_PER_MESSAGE + count(role) for role in KNOWN_ROLES}
     step: _Step | None = None
 
@@ -214,10 +210,11 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None) -> View:
                 base["assistant"] + count(opaque),
             )
         else:  # assistant-side: a text message, reasoning, a call, a server-side tool item
-            call_id = item.get("call_id")
-            is_call = kind in TOOL_CALLS or (
-                kind.endswith("_call") and isinstance(call_id, str) and call_id in answered
-            )
+            is_call = kind in TOOL_CALLS
+            if not is_call and kind.endswith("_call"):
+                if answered is None:
+                    answered = _answered(items, kinds)
+                is_call = item.get("call_id") in answered
             opens = step is None or (
                 (kind == "reasoning" or kind == "message") and (step.text_item is not None or step.calls)
             )
@@ -235,6 +232,14 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None) -> View:
     return view
 
 
+def _answered(items: list[dict[str, Any]], kinds: list[str]) -> set[str]:
+    return {
+        call_id
+        for item, kind in zip(items, kinds, strict=True)
+        if kind.endswith("_output") and (call_id := output_call_id(item)) is not None
+    }
+
+
 def rebuild(body: dict[str, Any], view: View, sent: Sequence[Message]) -> dict[str, Any]:
     """The native request for the view messages the chain kept (``sent``, in order)."""
     raw = body.get("input")
@@ -249,15 +254,24 @@ def rebuild(body: dict[str, Any], view: View, sent: Sequence[Message]) -> dict[s
         return body
     items = body["input"]  # checked by to_view
     out: list[Any] = []
+    units, originals = view.units, view.messages
     for message in sent:
-        ref = ref_of(message)
-        if ref is None:
+        ref = message.get(REF)
+        if ref.__class__ is not int:
             out.append(_new_item(message))
             continue
-        unit, before = view.units[ref], view.messages[ref]
+        unit, before = units[ref], originals[ref]
         if unit.kind == "instructions":
             continue
-        if unit.opaque:
+        if message is before and unit.index >= 0:  # an unchanged item: as it came
+            item = items[unit.index]
+            out.append(item if ANNOTATION_KEYS.isdisjoint(item) else without_annotations(item))
+        elif message is before and unit.kind == "step":
+            out.extend(
+                item if ANNOTATION_KEYS.isdisjoint(item) else without_annotations(item)
+                for item in map(items.__getitem__, unit.items)
+            )
+        elif unit.opaque:
             out.extend(without_annotations(items[i]) for i in (unit.items or [unit.index]))
         elif unit.kind == "message":
             item = items[unit.index]
