@@ -192,12 +192,16 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None) -> View:
             if step is not None:
                 close()
             output = item.get("output")
-            if isinstance(output, list | str):
+            if output.__class__ is str:
+                content, tokens = output, known(output) or count(output)
+            elif isinstance(output, list | str):
                 content, tokens = counted_content(output, counter)
             else:
                 content = json.dumps(output)
                 tokens = count(content)
-            call_id = output_call_id(item) or ""
+            call_id = item.get("call_id")
+            if call_id.__class__ is not str:
+                call_id = output_call_id(item) or ""
             out.append({"role": "tool", "tool_call_id": call_id, "content": content, REF: len(units)})
             units.append(Unit("output", i))
             counts.append(base["tool"] + (known(call_id) or count(call_id)) + tokens)
@@ -284,7 +288,10 @@ def rebuild(body: dict[str, Any], view: View, sent: Sequence[Message]) -> dict[s
             out.append(without_annotations(item))
         elif unit.kind == "output":
             item = items[unit.index]
-            if message.get("content") != before.get("content") and isinstance(item.get("output"), list | str):
+            new, output = message.get("content"), item.get("output")
+            if new.__class__ is str and output.__class__ is str:  # an elided observation: its text replaced
+                item = {**item, "output": new}
+            elif new != before.get("content") and isinstance(output, list | str):
                 output = written_back(
                     item["output"], before.get("content"), message.get("content"), "input_text"
                 )
