@@ -5,9 +5,16 @@
 item or a signed thinking block on a third of the assistant steps), and times, interleaved in one
 run, what the proxy does to each before it forwards it: ``parse_body`` of the request bytes, the
 caller's chain (``shape``: the view, ``Pipeline.run``, the native rebuild) and ``encode_json`` of
-the body sent. It prints the median per request and each surface's ratio to chat completions, for
-the ``passthrough`` and ``worker`` chains, and writes ``bench/results/surfaces-<UTC stamp>.json``.
-The HTTP around it (reading, relaying) is the same code for all three surfaces.
+the body sent. Two ways, for the ``passthrough`` and ``worker`` chains:
+
+- ``next turn``: as in an agent loop, each timed request follows (untimed) the same conversation's
+  previous turn (the history before its last assistant step), on every surface; a serving proxy's
+  view memo (``proxy.surfaces.memo``) then converts only the new step;
+- ``cold``: no memo (a conversation's first request, or ``limits.surface_memo_messages: 0``).
+
+It prints the median per request and each surface's ratio to chat completions measured in the same
+run, and writes ``bench/results/surfaces-<UTC stamp>.json``. The HTTP around it (reading, relaying)
+is the same code for all three surfaces.
 """
 
 from __future__ import annotations
@@ -21,11 +28,13 @@ from typing import Any
 
 from bench.bodies import SIZES, encode, synthetic_messages
 from bench.report import RESULTS_DIR, jsonable
-from proxy.config.models import Config
+from proxy.config.models import Config, LimitsConfig
 from proxy.core.identity import Identity
+from proxy.core.messages import Message
 from proxy.core.tokens import TokenCounters
 from proxy.pipeline.run import Pipeline
 from proxy.server.body import encode_json, parse_body
+from proxy.surfaces.memo import ViewMemo
 from proxy.surfaces.shape import Surface, shape
 from tests.surface_bodies import anthropic_chat, messages_body, plain_chat, responses_body
 
@@ -35,16 +44,23 @@ WORKER_CHAIN = [
     {"type": "token_limiter", "limit": 30000, "step": 4},
 ]
 SURFACES: tuple[Surface, ...] = ("chat", "responses", "messages")
+MODES = ("next turn", "cold")
 EXTRAS = [1, 0, 0]
 
 
-def bodies(count: int) -> dict[Surface, bytes]:
-    chat = synthetic_messages(count)
+def bodies(chat: list[Message]) -> dict[Surface, bytes]:
+    """One conversation as a request of each surface."""
     return {
         "chat": encode({"model": "gpt-4o", "messages": plain_chat(chat)}),
         "responses": encode(responses_body(plain_chat(chat), EXTRAS)),
         "messages": encode({**messages_body(anthropic_chat(chat), EXTRAS), "model": "gpt-4o"}),
     }
+
+
+def previous_turn(chat: list[Message]) -> list[Message]:
+    """The conversation before its last assistant step (the request the agent sent one turn earlier)."""
+    last = max(i for i, message in enumerate(chat) if message["role"] == "assistant")
+    return chat[:last]
 
 
 def pipeline(chain: list[dict[str, Any]]) -> Pipeline:
@@ -58,10 +74,10 @@ def pipeline(chain: list[dict[str, Any]]) -> Pipeline:
     return Pipeline(config, TokenCounters())
 
 
-async def once(p: Pipeline, surface: Surface, raw: bytes, who: Identity) -> float:
+async def once(p: Pipeline, surface: Surface, raw: bytes, who: Identity, memo: ViewMemo | None) -> float:
     started = time.perf_counter()
     body = parse_body(raw)
-    shaped = await shape(surface, p, body, who, "u")
+    shaped = await shape(surface, p, body, who, "u", memo)
     encode_json(shaped.body)
     return (time.perf_counter() - started) * 1000
 
@@ -72,25 +88,31 @@ async def measure(repeats: int) -> list[dict[str, Any]]:
     for chain_name, chain in (("passthrough", [{"type": "passthrough"}]), ("worker", WORKER_CHAIN)):
         p = pipeline(chain)
         for size in SIZES:
-            raw = bodies(size)
-            times: dict[Surface, list[float]] = {s: [] for s in SURFACES}
-            for surface in SURFACES:  # warm the token-count cache, as a serving proxy is
-                await once(p, surface, raw[surface], who)
-            for _ in range(repeats):
-                for surface in SURFACES:  # interleaved: drift hits every surface alike
-                    times[surface].append(await once(p, surface, raw[surface], who))
-            chat_ms = statistics.median(times["chat"])
-            for surface in SURFACES:
-                ms = statistics.median(times[surface])
-                rows.append(
-                    {
-                        "chain": chain_name,
-                        "messages": size,
-                        "surface": surface,
-                        "median_ms": round(ms, 3),
-                        "vs_chat": round(ms / chat_ms, 3),
-                    }
-                )
+            chat = synthetic_messages(size)
+            raw, before = bodies(chat), bodies(previous_turn(chat))
+            for mode in MODES:
+                memo = ViewMemo(LimitsConfig().surface_memo_messages) if mode == "next turn" else None
+                times: dict[Surface, list[float]] = {s: [] for s in SURFACES}
+                for surface in SURFACES:  # warm the token-count cache, as a serving proxy is
+                    await once(p, surface, raw[surface], who, memo)
+                for _ in range(repeats):
+                    for surface in SURFACES:  # interleaved: drift hits every surface alike
+                        if memo is not None:
+                            await once(p, surface, before[surface], who, memo)
+                        times[surface].append(await once(p, surface, raw[surface], who, memo))
+                chat_ms = statistics.median(times["chat"])
+                for surface in SURFACES:
+                    ms = statistics.median(times[surface])
+                    rows.append(
+                        {
+                            "chain": chain_name,
+                            "messages": size,
+                            "mode": mode,
+                            "surface": surface,
+                            "median_ms": round(ms, 3),
+                            "vs_chat": round(ms / chat_ms, 3),
+                        }
+                    )
     return rows
 
 
@@ -101,11 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     rows = asyncio.run(measure(args.repeats))
-    print("| chain | messages | surface | median ms | vs chat |")
-    print("|---|---:|---|---:|---:|")
+    print("| chain | messages | mode | surface | median ms | vs chat |")
+    print("|---|---:|---|---|---:|---:|")
     for row in rows:
         print(
-            f"| {row['chain']} | {row['messages']} | {row['surface']} "
+            f"| {row['chain']} | {row['messages']} | {row['mode']} | {row['surface']} "
             f"| {row['median_ms']:.3f} | {row['vs_chat']:.2f}x |"
         )
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())

@@ -146,6 +146,9 @@ class LimitsConfig(StrictModel):
     """A request head not complete this long after its first byte: 408 and the connection closed."""
     body_timeout_s: float = Field(default=60, gt=0)
     """No byte of a request body for this long: 408 and the connection closed."""
+    surface_memo_messages: int = Field(default=20_000, ge=0)
+    """Native messages the views of recent Responses and Messages conversations may hold in all, so a
+    request converts only what its conversation's previous request did not have (0: off)."""
 
 
 class CacheControlSlot(CacheControl):

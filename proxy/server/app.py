@@ -58,6 +58,7 @@ from proxy.server.reload import Reloader, ServingState, StateSwitch, authorize_a
 from proxy.server.surfaces import error_surface, previewed, surface_call
 from proxy.summaries.cache import CachingSummarizer
 from proxy.summaries.store import summary_backend
+from proxy.surfaces.memo import ViewMemo
 from proxy.upstream.client import Body, Upstreams
 from proxy.upstream.reply import UpstreamReply
 
@@ -83,7 +84,9 @@ class _Proxy:
         """What one config builds; token counters, HTTP client, mock and summary cache are shared."""
         pipeline = Pipeline(config, self.tokens, summarizer=self.summaries)
         HEAD_LIMITS.configure(config.limits)  # read by this process's connections per request head
-        return ServingState(config, pipeline, upstreams, generation)
+        return ServingState(
+            config, pipeline, upstreams, generation, ViewMemo(config.limits.surface_memo_messages)
+        )
 
     async def _next_state(self, config: Config, current: ServingState) -> ServingState:
         upstreams = await current.upstreams.reconfigured(config)

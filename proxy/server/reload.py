@@ -23,7 +23,7 @@ import os
 import signal
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.config.loading import ConfigError, load_config, summary
@@ -32,6 +32,7 @@ from proxy.core.identity import bearer_token
 from proxy.errors import ForbiddenError, InvalidRequestError
 from proxy.pipeline.run import Pipeline
 from proxy.server.caller import tenant_for_key
+from proxy.surfaces.memo import ViewMemo
 from proxy.upstream.client import Upstreams
 
 log = logging.getLogger("history_proxy")
@@ -55,6 +56,8 @@ class ServingState:
     upstreams: Upstreams
     generation: int = 0
     """0 for the config the app started with, then 1, 2, ... per successful reload."""
+    views: ViewMemo = field(default_factory=lambda: ViewMemo(0))
+    """The views of recent Responses and Messages conversations (``limits.surface_memo_messages``)."""
 
 
 class StateSwitch:

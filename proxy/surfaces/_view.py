@@ -61,6 +61,11 @@ class View:
     """Each view message's tokens by the chat recipe, counted while it was built; None for a message
     the pipeline must check and count itself (see ``Pipeline.run``'s ``counted``)."""
 
+    def prefix(self, natives: int) -> View:
+        """A new view of this one's first ``natives`` native messages (``spans`` kept), to go on from."""
+        cut = self.spans[natives]
+        return View(self.messages[:cut], self.units[:cut], self.spans[:natives], self.counts[:cut])
+
     def add(self, message: Message, unit: Unit, tokens: int | None = None) -> Message:
         message[REF] = len(self.units)
         self.units.append(unit)

@@ -36,6 +36,7 @@ from proxy.surfaces._view import (
     written_back,
 )
 from proxy.surfaces.marks import UNMARKABLE
+from proxy.surfaces.memo import Remembered, ViewMemo, conversation_key, matched
 
 SURFACE = "messages"
 OMITTED = "(earlier messages were left out by history-proxy)"
@@ -72,11 +73,12 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
     return content if isinstance(content, list) else []
 
 
-def to_view(body: dict[str, Any], counter: TokenCounter | None = None) -> View:
+def to_view(body: dict[str, Any], counter: TokenCounter | None = None, memo: ViewMemo | None = None) -> View:
     """The request as chat messages for the chain (``messages`` checked as :func:`message_list` does).
 
     Each view message is counted by the chat recipe as it is built, with ``counter``'s strings (an
-    approximate counter of its own when none is given), so the pipeline does not walk it again.
+    approximate counter of its own when none is given), so the pipeline does not walk it again. With
+    a ``memo``, the leading messages equal to the conversation's previous request keep their view.
     """
     natives = body.get("messages")
     if not isinstance(natives, list) or not natives:
@@ -85,14 +87,20 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None) -> View:
     known, count = counter.known.get, counter.text
     base = {role: TOKENS_PER_MESSAGE + count(role) for role in ("system", "user", "assistant", "tool")}
     tool_base = base["tool"]
-    view = View([], [])
-    out, units, spans, counts = view.messages, view.units, view.spans, view.counts
     system = body.get("system")
-    if isinstance(system, str | list) and system:
-        content, tokens = counted_content(system, counter)
-        view.add({"role": "system", "content": content}, Unit("system"), base["system"] + tokens)
+    key = conversation_key(SURFACE, system, natives) if memo is not None else None
+    remembered = memo.recall(key, counter) if memo is not None else None
+    start = matched(natives, remembered.natives) if remembered is not None else 0
+    if remembered is not None and start:
+        view = remembered.view.prefix(start)
+    else:
+        view = View([], [])
+        if isinstance(system, str | list) and system:
+            content, tokens = counted_content(system, counter)
+            view.add({"role": "system", "content": content}, Unit("system"), base["system"] + tokens)
+    out, units, spans, counts = view.messages, view.units, view.spans, view.counts
     # one walk checks, converts and counts; in order, so the first message at fault is named
-    for i, message in enumerate(natives):
+    for i, message in enumerate(natives[start:], start):
         spans.append(len(units))
         if message.__class__ is not dict and not isinstance(message, dict):
             _fault(body)
@@ -159,6 +167,8 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None) -> View:
             units.append(Unit("user", i, others))
             counts.append(base["user"] + tokens)
     spans.append(len(units))
+    if memo is not None:
+        memo.keep(key, Remembered(natives, view, counter), reused=start)
     return view
 
 

@@ -39,6 +39,7 @@ from proxy.surfaces._view import (
     without_annotations,
     written_back,
 )
+from proxy.surfaces.memo import Remembered, ViewMemo, conversation_key, matched
 
 SURFACE = "responses"
 TOOL_CALLS = frozenset({"function_call", "custom_tool_call"})
@@ -69,15 +70,16 @@ def provider_state(body: dict[str, Any]) -> str | None:
     return None
 
 
-def input_items(body: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
-    """The ``input`` list, checked (a 400 naming the first item that is not an object), and its item types."""
+def input_items(body: dict[str, Any], start: int = 0) -> tuple[list[dict[str, Any]], list[str]]:
+    """The ``input`` list, checked (a 400 naming the first item that is not an object), and its item
+    types (from item ``start`` on: the items before it were checked before)."""
     items = body.get("input")
     if isinstance(items, str):
         return [], []
     if not isinstance(items, list):
         raise InvalidRequestError("'input' must be a string or a list of input items", param="input")
     kinds: list[str] = []
-    for i, item in enumerate(items):
+    for i, item in enumerate(items[start:], start):
         if item.__class__ is not dict:
             raise InvalidRequestError(f"input[{i}] must be an object", param=f"input[{i}]")
         kind = item.get("type")
@@ -117,26 +119,33 @@ class _Step:
         self.kinds: list[str] = []
 
 
-def to_view(body: dict[str, Any], counter: TokenCounter | None = None) -> View:
+def to_view(body: dict[str, Any], counter: TokenCounter | None = None, memo: ViewMemo | None = None) -> View:
     """The request as chat messages for the chain.
 
     Each view message is counted by the chat recipe as it is built, with ``counter``'s strings (an
     approximate counter of its own when none is given), so the pipeline does not walk it again; a
     message item with annotations or a role the chat API does not know is left for it to check.
+    With a ``memo``, the leading items equal to the conversation's previous request keep their view
+    (up to the last unit they close; ``spans[i]`` is -1 where item ``i`` continues a step).
     """
     counter = counter or TokenCounter(approximate_length)
     known, count = counter.known.get, counter.text
-    view = View([], [])
-    instructions = body.get("instructions")
-    if isinstance(instructions, str) and instructions:
+    instructions, raw = body.get("instructions"), body.get("input")
+    key = conversation_key(SURFACE, instructions, raw) if memo is not None and isinstance(raw, list) else None
+    remembered = memo.recall(key, counter) if memo is not None else None
+    start = _resume_at(remembered, raw) if remembered is not None and isinstance(raw, list) else 0
+    view = remembered.view.prefix(start) if remembered is not None and start else View([], [])
+    if not start and isinstance(instructions, str) and instructions:
         system: Message = {"role": "system", "content": instructions}
         view.add(system, Unit("instructions", opaque=True), counter.message(system))
-    raw = body.get("input")
     if isinstance(raw, str):
         only: Message = {"role": "user", "content": raw}
         view.add(only, Unit("input_string"), counter.message(only))
         return view
-    items, kinds = input_items(body)
+    items, kinds = input_items(body, start)
+    server_call: int | None = (
+        None  # the first server-side ``*_call``: whether it is a call depends on later items
+    )
     answered: set[str] | None = None  # the calls an output answers: read when a server-side ``*_call`` asks
     base = {role: TOKENS_PER_MESSAGE + count(role) for role in KNOWN_ROLES}
     step: _Step | None = None
@@ -169,12 +178,13 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None) -> View:
         view.add(message, Unit("step", items=step.items, opaque=opaque_step), tokens)
         step = None
 
-    out, units, counts = view.messages, view.units, view.counts
-    for i, item in enumerate(items):
-        kind = kinds[i]
+    out, units, counts, spans = view.messages, view.units, view.counts, view.spans
+    for i, item in enumerate(items[start:], start):
+        kind = kinds[i - start]
         if kind == "message" and item.get("role") != "assistant":
             if step is not None:
                 close()
+            spans.append(len(units))
             role = item["role"]
             content = item.get("content")
             if isinstance(content, str | list):
@@ -191,6 +201,7 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None) -> View:
         elif kind.endswith("_output"):
             if step is not None:
                 close()
+            spans.append(len(units))
             output = item.get("output")
             if output.__class__ is str:
                 content, tokens = output, known(output) or count(output)
@@ -207,6 +218,7 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None) -> View:
             counts.append(base["tool"] + (known(call_id) or count(call_id)) + tokens)
         elif kind in OPAQUE_ALONE or not kind:
             close()
+            spans.append(len(units))
             opaque = f"({kind or 'item'})"
             view.add(
                 {"role": "assistant", "content": opaque},
@@ -217,7 +229,8 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None) -> View:
             is_call = kind in TOOL_CALLS
             if not is_call and kind.endswith("_call"):
                 if answered is None:
-                    answered = _answered(items, kinds)
+                    answered = _answered(items, input_items(body)[1])
+                    server_call = i
                 is_call = item.get("call_id") in answered
             opens = step is None or (
                 (kind == "reasoning" or kind == "message") and (step.text_item is not None or step.calls)
@@ -225,6 +238,7 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None) -> View:
             if opens:
                 close()
                 step = _Step()
+            spans.append(len(units) if opens else -1)
             assert step is not None
             step.items.append(i)
             step.kinds.append(kind)
@@ -232,8 +246,22 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None) -> View:
                 step.text_item = i
             elif is_call:
                 step.calls.append(_call(item, kind))
+    open_step = step is not None  # a later request's next item may still belong to it
     close()
+    spans.append(-1 if open_step else len(units))
+    if server_call is not None:  # a later request may answer it: no view is taken past it
+        spans[server_call + 1 :] = [-1] * (len(spans) - server_call - 1)
+    if memo is not None:
+        memo.keep(key, Remembered(items, view, counter), reused=start)
     return view
+
+
+def _resume_at(remembered: Remembered, items: list[Any]) -> int:
+    """How many leading items keep their remembered view: equal ones, up to the last unit they close."""
+    at, spans = matched(items, remembered.natives), remembered.view.spans
+    while at > 0 and spans[at] < 0:
+        at -= 1
+    return at
 
 
 def _answered(items: list[dict[str, Any]], kinds: list[str]) -> set[str]:

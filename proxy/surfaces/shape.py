@@ -15,6 +15,7 @@ from proxy.pipeline.run import Pipeline
 from proxy.surfaces import messages, responses
 from proxy.surfaces._view import REF, Shaped, run_view, unfiltered
 from proxy.surfaces.marks import place_marks
+from proxy.surfaces.memo import ViewMemo
 
 Surface = Literal["chat", "responses", "messages"]
 SURFACES: tuple[Surface, ...] = ("chat", "responses", "messages")
@@ -83,20 +84,31 @@ async def preview(pipeline: Pipeline, body: Any, identity: Identity, api: str | 
 
 
 async def shape(
-    surface: Surface, pipeline: Pipeline, body: Any, identity: Identity, upstream: str | None
+    surface: Surface,
+    pipeline: Pipeline,
+    body: Any,
+    identity: Identity,
+    upstream: str | None,
+    memo: ViewMemo | None = None,
 ) -> Shaped:
-    """The native body to send for ``body`` after ``identity``'s chain, and what the chain did."""
+    """The native body to send for ``body`` after ``identity``'s chain, and what the chain did.
+
+    ``memo``: the views of recent conversations, so a request converts only what its previous one
+    did not have (:mod:`proxy.surfaces.memo`).
+    """
     if not isinstance(body, dict):
         raise InvalidRequestError("the request body must be a JSON object")
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise InvalidRequestError("'model' must be a string", param="model")
     model = model or ""
+    if memo is not None and memo.max_messages == 0:
+        memo = None
     if surface == "chat":
         result = await pipeline.run(body, identity, upstream)
         return Shaped(result.body, result)
     if surface == "responses":
-        view = responses.to_view(body, pipeline.tokens.get(model=model))
+        view = responses.to_view(body, pipeline.tokens.get(model=model), memo)
         state = responses.provider_state(body)
         if state is not None:
             return unfiltered(pipeline, body, view, model, identity, surface, state)
@@ -111,7 +123,7 @@ async def shape(
             lambda sent: responses.rebuild(body, view, sent),
             surface,
         )
-    view = messages.to_view(body, pipeline.tokens.get(model=model))
+    view = messages.to_view(body, pipeline.tokens.get(model=model), memo)
     shaped = await run_view(
         pipeline, view, model, identity, upstream, lambda sent: messages.rebuild(body, view, sent), surface
     )
