@@ -57,14 +57,27 @@ class View:
     spans: list[int] = field(default_factory=list)
     """Where each native message's view messages start (the refs of message ``i`` are
     ``range(spans[i], spans[i + 1])``); kept by adapters whose units follow the native order."""
+    first_mark: int | None = None
+    """The first native message carrying a client's ``cache_control`` mark (kept by the Messages
+    adapter; None: no message carries one)."""
+    rewritten: dict[int, tuple[str, dict[str, Any]]] = field(default_factory=dict)
+    """Native messages written back with a filter's text for their one tool result: the text and the
+    native written (kept by the Messages adapter; an elided observation comes back every turn)."""
     counts: list[int | None] = field(default_factory=list)
     """Each view message's tokens by the chat recipe, counted while it was built; None for a message
     the pipeline must check and count itself (see ``Pipeline.run``'s ``counted``)."""
 
     def prefix(self, natives: int) -> View:
         """A new view of this one's first ``natives`` native messages (``spans`` kept), to go on from."""
-        cut = self.spans[natives]
-        return View(self.messages[:cut], self.units[:cut], self.spans[:natives], self.counts[:cut])
+        cut, mark = self.spans[natives], self.first_mark
+        return View(
+            self.messages[:cut],
+            self.units[:cut],
+            self.spans[:natives],
+            mark if mark is not None and mark < natives else None,
+            {i: done for i, done in self.rewritten.items() if i < natives},
+            self.counts[:cut],
+        )
 
     def add(self, message: Message, unit: Unit, tokens: int | None = None) -> Message:
         message[REF] = len(self.units)

@@ -10,18 +10,23 @@ from proxy.filters.cache_control import CacheControl
 UNMARKABLE = ("thinking", "redacted_thinking")  # a tuple: a hostile block type may be unhashable
 
 
-def place_marks(body: dict[str, Any], slot: CacheControl) -> dict[str, Any]:
+def place_marks(
+    body: dict[str, Any], slot: CacheControl, *, unmarked_messages: bool = False
+) -> dict[str, Any]:
     """Native ``cache_control`` marks on the newest eligible messages, as the slot says.
 
     The client's own marks (on tools, system and messages) are kept and count towards the limit of
     4; a message already carrying one counts as marked. A user message holding tool results is of
     role ``tool`` for ``tagged_roles``; the mark goes on its last (``part: first``: first) block
     that may carry one (not ``thinking``). Applying it twice equals applying it once.
+    ``unmarked_messages``: the caller knows no message carries a mark (the request's had none, and
+    writing back never adds one), so they are not walked to count them.
     """
     messages = body.get("messages")
     if not isinstance(messages, list):
         return body
-    room = MAX_CACHE_MARKS - _marks(body.get("tools")) - _marks(body.get("system")) - _marks(messages)
+    in_messages = 0 if unmarked_messages else marks_in(messages)
+    room = MAX_CACHE_MARKS - marks_in(body.get("tools")) - marks_in(body.get("system")) - in_messages
     mark = slot.mark()
     out = list(messages)
     counted = 0
@@ -32,7 +37,7 @@ def place_marks(body: dict[str, Any], slot: CacheControl) -> dict[str, Any]:
         content = message.get("content")
         if age < slot.last_n_messages_offset or not content or _role(message) not in slot.tagged_roles:
             continue
-        if _marks([message]) == 0:
+        if marks_in([message]) == 0:
             blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
             markable = [
                 n
@@ -60,7 +65,7 @@ def _role(message: dict[str, Any]) -> str:
     return str(message.get("role"))
 
 
-def _marks(value: Any) -> int:
+def marks_in(value: Any) -> int:
     """The ``cache_control`` marks in tools, system blocks or messages (blocks and tool results inside)."""
     if not isinstance(value, list):
         return 0
@@ -79,5 +84,5 @@ def _marks(value: Any) -> int:
                     count += 1
                 inner = block.get("content")
                 if inner.__class__ is list:
-                    count += _marks(inner)
+                    count += marks_in(inner)
     return count

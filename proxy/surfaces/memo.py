@@ -7,8 +7,9 @@ memo keeps, per conversation, the native messages of its latest request and the 
 them; the next request's natives are compared with them (``==``, in C), and the view messages of the
 equal leading ones are taken as they are (with their token counts), so only the new tail is
 converted. What is sent upstream is always the new request's own natives: a view message stands for
-its native only in the chain's eyes. (``==`` holds 1, 1.0 and true alike: a tool input resent with
-another spelling of a number keeps the earlier spelling in its view's arguments, not in what is sent.)
+its native only in the chain's eyes, save one case: a Messages tool result a filter rewrote the
+same way last turn reuses that write-back. (``==`` holds 1, 1.0 and true alike: a message resent
+with another spelling of a number keeps the earlier spelling in its view, and in that write-back.)
 
 A conversation is known by its surface and its opening (the system prompt or instructions and the
 first message); two conversations that open alike share one entry and each finds only the prefix

@@ -19,7 +19,7 @@ message saying that earlier messages were left out opens it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 from proxy.core.messages import ANNOTATION_KEYS, Message, text_of
 from proxy.core.tokens import TOKENS_PER_MESSAGE, TokenCounter, approximate_length
@@ -35,7 +35,7 @@ from proxy.surfaces._view import (
     without_annotations,
     written_back,
 )
-from proxy.surfaces.marks import UNMARKABLE
+from proxy.surfaces.marks import UNMARKABLE, marks_in
 from proxy.surfaces.memo import Remembered, ViewMemo, conversation_key, matched
 
 SURFACE = "messages"
@@ -167,6 +167,8 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None, memo: Vie
             units.append(Unit("user", i, others))
             counts.append(base["user"] + tokens)
     spans.append(len(units))
+    if view.first_mark is None and marks_in(natives[start:]):
+        view.first_mark = next(i for i in range(start, len(natives)) if marks_in(natives[i : i + 1]))
     if memo is not None:
         memo.keep(key, Remembered(natives, view, counter), reused=start)
     return view
@@ -222,7 +224,7 @@ def rebuild(body: dict[str, Any], view: View, sent: Sequence[Message]) -> dict[s
     slots: dict[int, int] = {}  # native position (of several view messages) -> its place in ``out``
     system_kept: Message | None = None
     extra_system: list[str] = []
-    units, originals, spans = view.units, view.messages, view.spans
+    units, originals, spans, rewritten = view.units, view.messages, view.spans, view.rewritten
     for message in sent:
         ref = message.get(REF)
         if ref.__class__ is not int:
@@ -241,16 +243,26 @@ def rebuild(body: dict[str, Any], view: View, sent: Sequence[Message]) -> dict[s
                 continue
             placed.add(index)
             native = natives[index]
+            content = native["content"]
             if message is originals[ref]:
-                out.append(native if ANNOTATION_KEYS.isdisjoint(native) else without_annotations(native))
+                if content:  # an empty one is left out
+                    out.append(native if ANNOTATION_KEYS.isdisjoint(native) else without_annotations(native))
                 continue
-            new, content = message.get("content"), native["content"]
-            if new.__class__ is str and content.__class__ is list and len(content) == 1:
+            new = message.get("content")
+            if new.__class__ is str and new and content.__class__ is list and len(content) == 1:
                 block = content[0]  # one tool result whose text a filter rewrote (an elided observation)
                 if block.get("type") == "tool_result" and block.get("content").__class__ is str:
-                    out.append({**without_annotations(native), "content": [{**block, "content": new}]})
+                    done = rewritten.get(index)
+                    if done is None or done[0] != new:  # not written back with this text by the last turn
+                        done = rewritten[index] = (
+                            new,
+                            {**without_annotations(native), "content": [{**block, "content": new}]},
+                        )
+                    out.append(done[1])
                     continue
-            out.append(_native(native, view, (ref,), {ref: message}))
+            pieces[index] = {ref: message}
+            slots[index] = len(out)
+            out.append(None)
             continue
         kept = pieces.get(index)
         if kept is None:
@@ -260,7 +272,9 @@ def rebuild(body: dict[str, Any], view: View, sent: Sequence[Message]) -> dict[s
         kept[ref] = message
     for index, kept in pieces.items():
         out[slots[index]] = _native(natives[index], view, range(spans[index], spans[index + 1]), kept)
-    written = [native for native in out if native is not None and native.get("content") not in ([], "")]
+    if pieces:  # a rewritten native may have come out empty (or not at all): left out
+        out = [native for native in out if native is not None and native.get("content") not in ([], "")]
+    written = cast(list[dict[str, Any]], out)  # every placeholder filled or dropped
     if written and written[0].get("role") != "user":
         written.insert(0, {"role": "user", "content": OMITTED})
     rebuilt = {**body, "messages": written}

@@ -130,6 +130,6 @@ async def shape(
     slot = pipeline.config.cache_control
     target = pipeline.config.upstreams.get(upstream or "")
     if slot is not None and target is not None and target.cache_control and shaped.result.mode == "enforce":
-        shaped.body = place_marks(shaped.body, slot)
+        shaped.body = place_marks(shaped.body, slot, unmarked_messages=view.first_mark is None)
         shaped.result.body = shaped.body
     return shaped
