@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
+import httpx
 import openai
 import pytest
 import uvicorn
@@ -280,6 +282,51 @@ def test_messages_tool_results_are_truncated_in_place(proxy: Server, recorder: t
     assert results[0]["content"].startswith("a.txt b.tx")
     assert "TRUNCATED" in results[0]["content"]
     assert sent[1] == history[1]
+
+
+def memo_counter(server: Server, outcome: str) -> float:
+    text = httpx.get(f"{server.url}/metrics", timeout=10).text
+    found = re.search(
+        rf'history_proxy_surface_memo_messages_total{{outcome="{outcome}",surface="messages"}} ([0-9.e+]+)',
+        text,
+    )
+    return float(found.group(1)) if found else 0.0
+
+
+def test_an_agents_next_turn_converts_only_its_new_messages_and_is_sent_as_without_the_memo(
+    proxy: Server, recorder: tuple[Recorder, str], tmp_path: Path
+) -> None:
+    history = agent_history()
+    history[0] = {**history[0], "content": [{"type": "text", "text": "a conversation of its own"}, IMAGE]}
+    agent = claude(proxy, role="short")
+    agent.messages.create(model="claude-test-model", max_tokens=100, messages=history[:3])  # type: ignore[arg-type]
+    reused, converted = memo_counter(proxy, "reused"), memo_counter(proxy, "converted")
+    agent.messages.create(model="claude-test-model", max_tokens=100, messages=history)  # type: ignore[arg-type]
+    assert memo_counter(proxy, "reused") - reused == 3, "the three messages of the first turn kept their view"
+    assert memo_counter(proxy, "converted") - converted == 2, "only the two new messages were converted"
+    with_memo = recorder[0].last("/v1/messages")["body"]
+
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"""
+upstreams:
+  claude: {{base_url: "{recorder[1]}", api: anthropic, api_key: "{UPSTREAM_KEY}", cache_control: true}}
+routes:
+  - {{model: "claude-*", upstream: claude}}
+cache_control: {{last_n_messages: 2}}
+limits: {{surface_memo_messages: 0}}
+policies:
+  roles:
+    short: [{{type: tool_result_truncation, keep_recent: 1, max_chars: 10}}]
+""",
+        encoding="utf-8",
+    )
+    for server in start("serve", "--config", str(config), log=tmp_path / "proxy.log", ready_path="/healthz"):
+        claude(server, role="short").messages.create(
+            model="claude-test-model", max_tokens=100, messages=history
+        )  # type: ignore[arg-type]
+        assert memo_counter(server, "converted") == 0, "no memo, nothing counted"
+    assert recorder[0].last("/v1/messages")["body"] == with_memo
 
 
 def test_count_tokens_counts_what_the_chain_sends(proxy: Server, recorder: tuple[Recorder, str]) -> None:

@@ -217,6 +217,18 @@ class Metrics:
             ["upstream", "outcome"],
             registry=self.registry,
         )
+        self.memo_messages = Counter(
+            "history_proxy_surface_memo_messages",
+            "Native messages (input items) of Responses and Messages requests whose view the view memo "
+            "had (outcome=reused) or that were converted (outcome=converted).",
+            ["surface", "outcome"],
+            registry=self.registry,
+        )
+        self.memo_held = Gauge(
+            "history_proxy_surface_memo_held_messages",
+            "Native messages the view memo holds now (limits.surface_memo_messages bounds it).",
+            registry=self.registry,
+        )
         self.upstream_broken = Counter(
             "history_proxy_upstream_broken",
             "Upstream answers that broke off after the client's answer started (SSE: an in-band error "
@@ -293,6 +305,14 @@ class Metrics:
     def observe_overflow(self, upstream: str, outcome: str) -> None:
         """Count a refusal for length and what the proxy did about it."""
         self.overflow_retries.labels(self.upstream_label(upstream), outcome).inc()
+
+    def observe_memo(self, surface: str, reused: int, converted: int, held: int) -> None:
+        """Count a surface request's natives by whether the view memo had their view; the memo's size."""
+        if reused:
+            self.memo_messages.labels(surface, "reused").inc(reused)
+        if converted:
+            self.memo_messages.labels(surface, "converted").inc(converted)
+        self.memo_held.set(held)
 
     def observe_overhead(self, seconds: float) -> None:
         self.overhead.observe(max(0.0, seconds))

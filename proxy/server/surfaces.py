@@ -78,7 +78,10 @@ async def surface_call(proxy: _Proxy, call: Call, route: str) -> Outgoing:
     exchange.stream = body.get("stream") is True
     if config.log_bodies:
         exchange.body = body
-    shaped = await shape(surface, call.state.pipeline, body, identity, names[0], call.state.views)
+    memo = call.state.views
+    shaped = await shape(surface, call.state.pipeline, body, identity, names[0], memo)
+    if memo.max_messages:
+        proxy.metrics.observe_memo(surface, shaped.reused, shaped.converted, memo.held)
     exchange.result = shaped.result.without_messages()
     content = encode_json(shaped.body)
     headers = call.header_items

@@ -60,12 +60,19 @@ class View:
     first_mark: int | None = None
     """The first native message carrying a client's ``cache_control`` mark (kept by the Messages
     adapter; None: no message carries one)."""
+    reused: int = 0
+    """How many leading native messages kept their view from the memo."""
     rewritten: dict[int, tuple[str, dict[str, Any]]] = field(default_factory=dict)
     """Native messages written back with a filter's text for their one tool result: the text and the
     native written (kept by the Messages adapter; an elided observation comes back every turn)."""
     counts: list[int | None] = field(default_factory=list)
     """Each view message's tokens by the chat recipe, counted while it was built; None for a message
     the pipeline must check and count itself (see ``Pipeline.run``'s ``counted``)."""
+
+    @property
+    def natives(self) -> int:
+        """How many native messages (input items) the view was built from."""
+        return max(len(self.spans) - 1, 0)
 
     def prefix(self, natives: int) -> View:
         """A new view of this one's first ``natives`` native messages (``spans`` kept), to go on from."""
@@ -74,9 +81,10 @@ class View:
             self.messages[:cut],
             self.units[:cut],
             self.spans[:natives],
-            mark if mark is not None and mark < natives else None,
-            {i: done for i, done in self.rewritten.items() if i < natives},
-            self.counts[:cut],
+            first_mark=mark if mark is not None and mark < natives else None,
+            reused=natives,
+            rewritten={i: done for i, done in self.rewritten.items() if i < natives},
+            counts=self.counts[:cut],
         )
 
     def add(self, message: Message, unit: Unit, tokens: int | None = None) -> Message:
@@ -93,6 +101,10 @@ class Shaped:
 
     body: dict[str, Any]
     result: PipelineResult
+    reused: int = 0
+    """Native messages (input items) whose view came from the view memo."""
+    converted: int = 0
+    """Native messages (input items) converted into the view for this request."""
 
 
 def ref_of(message: Message) -> int | None:
@@ -204,7 +216,7 @@ async def run_view(
     sent = result.body["messages"]
     body = rebuild(sent)
     _annotate(result.report, model, surface)
-    return Shaped(body, replace(result, body=body))
+    return Shaped(body, replace(result, body=body), view.reused, view.natives - view.reused)
 
 
 def unfiltered(
@@ -245,7 +257,7 @@ def unfiltered(
         tokens_forwarded=tokens,
         messages_forwarded=len(view.messages),
     )
-    return Shaped(body, result)
+    return Shaped(body, result, view.reused, view.natives - view.reused)
 
 
 def _annotate(report: dict[str, Any], model: str, surface: str) -> None:
