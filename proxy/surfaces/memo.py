@@ -14,7 +14,8 @@ with another spelling of a number keeps the earlier spelling in its view, and in
 A conversation is known by its surface and its opening (the system prompt or instructions and the
 first message); two conversations that open alike share one entry and each finds only the prefix
 they share. Entries are dropped oldest first beyond ``max_messages`` native messages in all (each
-entry holds its request's parsed messages and their view: budget ~2-3 KB a message).
+entry holds its request's parsed messages and their view: measured 1.7 KB an input item, 3.7 KB a
+Messages message, on the bench's 400-message conversations).
 
 View messages are shared by every request whose prefix they match: the chain must not change a
 message in place (no built-in filter does; a custom filter must copy, as the house rules say).
