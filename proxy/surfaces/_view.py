@@ -59,7 +59,7 @@ class View:
     ``range(spans[i], spans[i + 1])``); kept by adapters whose units follow the native order."""
     first_mark: int | None = None
     """The first native message carrying a client's ``cache_control`` mark (kept by the Messages
-    adapter; None: no message carries one)."""
+    adapter when it has a memo; None: no message carries one; -1: not looked for)."""
     reused: int = 0
     """How many leading native messages kept their view from the memo."""
     rewritten: dict[int, tuple[str, dict[str, Any]]] = field(default_factory=dict)

@@ -167,9 +167,11 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None, memo: Vie
             units.append(Unit("user", i, others))
             counts.append(base["user"] + tokens)
     spans.append(len(units))
-    if view.first_mark is None and marks_in(natives[start:]):
-        view.first_mark = next(i for i in range(start, len(natives)) if marks_in(natives[i : i + 1]))
-    if memo is not None:
+    if memo is None:  # whoever places marks counts them itself
+        view.first_mark = -1
+    else:  # looked for in the new messages only: the memo knows the others
+        if view.first_mark is None and marks_in(natives[start:]):
+            view.first_mark = next(i for i in range(start, len(natives)) if marks_in(natives[i : i + 1]))
         memo.keep(key, Remembered(natives, view, counter), reused=start)
     return view
 
