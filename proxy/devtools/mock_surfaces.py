@@ -26,6 +26,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from proxy.core.messages import Message
 from proxy.devtools.mock_cache import CacheReport, PromptCache
+from proxy.devtools.mock_strict import messages_refusal
 from proxy.devtools.mock_upstream import (
     _digest,
     _error,
@@ -189,9 +190,10 @@ class MockSurfaces:
         try:
             view = _plain(anthropic.to_view(body).messages)
         except InvalidRequestError as exc:
-            return _anthropic_error(400, f"mock: {exc.message}")
-        if not isinstance(body.get("max_tokens"), int):
-            return _anthropic_error(400, "mock: max_tokens: Field required")
+            return _anthropic_error(400, exc.message)
+        refusal = messages_refusal(body)
+        if refusal is not None:
+            return _anthropic_error(400, refusal)
         tool = _wants_tool_call(view, body.get("tools"))
         digest = _digest({"messages": view})
         if tool is not None:

@@ -32,6 +32,9 @@ ANTHROPIC_BLOCKS = (
 )
 """A tuple, not a set: a hostile block ``type`` may be unhashable."""
 
+NOTHING_TO_SHAPE = "messages:no_user_or_assistant_message"
+"""The note of a Messages request whose messages are all pinned (forwarded unfiltered)."""
+
 SPEAKS: dict[str, frozenset[Surface]] = {
     "openai": frozenset({"chat", "responses"}),
     "anthropic": frozenset({"chat", "messages"}),
@@ -124,6 +127,10 @@ async def shape(
             surface,
         )
     view = messages.to_view(body, pipeline.tokens.get(model=model), memo)
+    if not view.messages:  # only pinned messages: nothing a chain may shape, forwarded as it came
+        shaped = unfiltered(pipeline, body, view, model, identity, surface, "")
+        shaped.result.report["notes"][-1] = NOTHING_TO_SHAPE
+        return shaped
     shaped = await run_view(
         pipeline, view, model, identity, upstream, lambda sent: messages.rebuild(body, view, sent), surface
     )
