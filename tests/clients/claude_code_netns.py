@@ -7,7 +7,8 @@ the scripted upstream (``tests/corpus/recording/anthropic_recorder.py``), all st
 names the ``claude`` binary, the work directory, the proxy config to write, the recorder's
 ``fail_first`` and the prompts (``[args, prompt]`` pairs, run in order, each a ``claude -p``).
 The results (each run's exit code, stdout, stderr) go to ``<work>/results.json``; the recorder's
-requests to ``<work>/upstream.jsonl``.
+requests to ``<work>/upstream.jsonl``. With ``"direct": true`` no proxy runs: the CLI talks to the
+recorder itself (tests/corpus/recording/record_claude_code.py records what it sends that way).
 """
 
 from __future__ import annotations
@@ -58,22 +59,22 @@ def main(spec_path: str) -> int:
     )
     log = (work / "proxy.log").open("wb")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
+    direct = spec.get("direct", False)  # no proxy: the CLI talks to the recorder (to record what it sends)
+    port = UPSTREAM_PORT if direct else PROXY_PORT
+    command = [sys.executable, "-m", "proxy", "serve", "--config", str(config), "--port", str(PROXY_PORT)]
     proxy = subprocess.Popen(
-        [sys.executable, "-m", "proxy", "serve", "--config", str(config), "--port", str(PROXY_PORT)],
-        cwd=REPO,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
+        ["true"] if direct else command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
     )
     results = []
     try:
-        _wait(f"http://127.0.0.1:{PROXY_PORT}/healthz", proxy)
+        if not direct:
+            _wait(f"http://127.0.0.1:{PROXY_PORT}/healthz", proxy)
         home = work / "home"
         home.mkdir(exist_ok=True)
         client_env = {
             **env,
             "HOME": str(home),
-            "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{PROXY_PORT}",
+            "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{port}",
             "ANTHROPIC_API_KEY": "sk-ant-dummy-key-for-the-test",
             "ANTHROPIC_CUSTOM_HEADERS": spec.get("headers", "X-Agent-Role: worker"),
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
