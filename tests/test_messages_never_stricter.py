@@ -28,6 +28,7 @@ from proxy.server.app import create_app
 from proxy.surfaces import messages
 from proxy.surfaces.marks import place_marks
 from proxy.surfaces.shape import shape
+from proxy.upstream.headers import wire_request_headers
 from tests.test_surfaces import claude_code_body, run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -306,3 +307,23 @@ def test_a_1h_slot_after_a_clients_1h_mark_keeps_1h() -> None:
     del body["tools"][0]["cache_control"]
     sent = run("messages", [{"type": "passthrough"}], body, marks=True, slot={"ttl": "1h"})
     assert ttls(sent) == ["1h", "1h", "1h"]
+
+
+# --- betas and the query string -----------------------------------------------------------------
+
+
+def test_every_anthropic_beta_value_and_line_goes_upstream_as_sent() -> None:
+    client = [
+        ("anthropic-beta", "claude-code-20250219,interleaved-thinking-2025-05-14"),
+        ("anthropic-beta", "mid-conversation-system-2026-04-07"),
+        ("anthropic-version", "2023-06-01"),
+        ("x-agent-role", "worker"),
+    ]
+    sent = wire_request_headers(
+        client, None, client_auth_is_proxy_key=False, withheld=frozenset({"x-agent-role"})
+    )
+    assert [(k, v) for k, v in sent if k == b"anthropic-beta"] == [
+        (b"anthropic-beta", b"claude-code-20250219,interleaved-thinking-2025-05-14"),
+        (b"anthropic-beta", b"mid-conversation-system-2026-04-07"),
+    ]
+    assert all(k != b"x-agent-role" for k, _ in sent)

@@ -6,7 +6,9 @@
   newest message mentions a tool and ``tools`` were given.
 - ``POST /v1/messages``: an Anthropic ``message`` (or its ``event:`` SSE stream, ``message_start`` to
   ``message_stop``), with a ``tool_use`` block in the same case; ``POST /v1/messages/count_tokens``:
-  ``{"input_tokens": N}``. Errors are written in Anthropic's shape.
+  ``{"input_tokens": N}``. Errors are written in Anthropic's shape; ``/v1/messages`` refuses what
+  Anthropic refuses, in its words (:mod:`proxy.devtools.mock_strict`: a missing ``model``, an orphan
+  ``tool_result``, an empty text block, ...) and takes mid-conversation ``system`` messages.
 
 ``x-mock-delay-ms`` and ``x-mock-status`` work as on chat completions; usage reports the shared prompt
 cache of :mod:`proxy.devtools.mock_cache` in each API's fields.

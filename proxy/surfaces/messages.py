@@ -44,7 +44,7 @@ from proxy.surfaces._view import (
 from proxy.surfaces.marks import UNMARKABLE, marks_in
 from proxy.surfaces.memo import Remembered, ViewMemo, conversation_key, matched
 from proxy.surfaces.messages_check import fault as _fault
-from proxy.surfaces.messages_pinned import with_pinned
+from proxy.surfaces.messages_pinned import omitted_at, with_pinned
 
 SURFACE = "messages"
 OMITTED = "(earlier messages were left out by history-proxy)"
@@ -269,8 +269,9 @@ def rebuild(body: dict[str, Any], view: View, sent: Sequence[Message]) -> dict[s
         out, origins = [out[n] for n in kept_at], [origins[n] for n in kept_at]
     written = cast(list[dict[str, Any]], out)  # every placeholder filled or dropped
     written, origins = with_pinned(natives, spans, written, origins)
-    if written and written[0].get("role") != "user" and origins[0] != 0:
-        written.insert(0, {"role": "user", "content": OMITTED})
+    at = omitted_at(natives, written, origins)
+    if at is not None:
+        written.insert(at, {"role": "user", "content": OMITTED})
     rebuilt = {**body, "messages": written}
     system = _system(body.get("system"), view, system_kept, extra_system)
     if system is None:

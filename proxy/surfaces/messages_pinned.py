@@ -44,3 +44,18 @@ def with_pinned(
         out.append(without_annotations(natives[i]))
         where.append(i)
     return out, where
+
+
+def omitted_at(
+    natives: list[dict[str, Any]], written: list[dict[str, Any]], origins: list[int]
+) -> int | None:
+    """Where the history written back needs a user message saying earlier ones were left out: before
+    its first user or assistant message when that is not a user message and not where the request
+    began (after the pinned messages that opened the request, if they did); None when it needs none."""
+    first = next((n for n, message in enumerate(written) if not is_pinned(message)), None)
+    if first is None or written[first].get("role") == "user":
+        return None
+    began = next((i for i, message in enumerate(natives) if not is_pinned(message)), -1)
+    if origins[first] == began:  # the request itself opened so
+        return None
+    return first if origins[0] == 0 else 0
