@@ -175,6 +175,11 @@ def test_claude_code_runs_a_tool_loop_through_the_worker_role(tmp_path: Path) ->
     assert SECRET in json.dumps(answer_call["messages"])
     last = loop[-1]
     assert "say goodbye" in json.dumps(last["messages"][-1])  # the second turn's task
+    assert [m["role"] for m in last["messages"]][:2] == ["user", "system"]  # still in place
+    shaped = [line for line in access_lines(tmp_path) if line["path"] == "/v1/messages"]
+    assert len(shaped) == len(calls) and all(line["role"] == "worker" for line in shaped)
+    chain = ["remove_regex", "worker_view", "last_n_observations", "token_limiter"]  # config/default.yaml
+    assert all([f["type"] for f in line["filters"]] == chain for line in shaped)
 
 
 def test_a_429_costs_no_more_upstream_calls_than_claude_codes_own_tries(tmp_path: Path) -> None:
