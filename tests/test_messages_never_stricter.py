@@ -175,6 +175,10 @@ def test_unknown_roles_blocks_and_fields_are_forwarded_unchanged_and_in_place() 
             {"model": "c", "messages": [{"role": "user", "content": 5}]},
             "messages.0.content: Input should be a valid list",
         ),
+        (
+            {"model": 7, "messages": [{"role": "user", "content": "x"}]},
+            "model: Input should be a valid string",
+        ),
     ],
 )
 def test_what_the_proxy_refuses_it_refuses_in_anthropics_shape_and_words(

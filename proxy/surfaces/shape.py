@@ -103,7 +103,10 @@ async def shape(
         raise InvalidRequestError("the request body must be a JSON object")
     model = body.get("model")
     if model is not None and not isinstance(model, str):
-        raise InvalidRequestError("'model' must be a string", param="model")
+        wording = (
+            "model: Input should be a valid string" if surface == "messages" else "'model' must be a string"
+        )
+        raise InvalidRequestError(wording, param="model")  # Anthropic's words on its surface
     model = model or ""
     if memo is not None and memo.max_messages == 0:
         memo = None
