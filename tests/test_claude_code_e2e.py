@@ -62,16 +62,19 @@ def claude_binary() -> Path:
     return binary
 
 
-def netns_available() -> str | None:
-    """None when ``unshare -n`` and ``ip`` work here, else why not."""
+def netns_command() -> list[str]:
+    """``unshare -n`` (as root) or ``unshare -rn`` (a user namespace) when it works here; skips if neither."""
     if shutil.which("unshare") is None or shutil.which("ip") is None:
-        return "unshare or ip is not installed (util-linux, iproute2)"
-    probe = subprocess.run(
-        ["unshare", "-n", "ip", "link", "set", "lo", "up"], capture_output=True, text=True, check=False
-    )
-    if probe.returncode != 0:
-        return f"cannot make a network namespace here: {probe.stderr.strip()[:200]}"
-    return None
+        pytest.skip("unshare or ip is not installed (util-linux, iproute2; .ci/run installs them)")
+    errors = []
+    for command in (["unshare", "-n"], ["unshare", "-rn"]):
+        probe = subprocess.run(
+            [*command, "ip", "link", "set", "lo", "up"], capture_output=True, text=True, check=False
+        )
+        if probe.returncode == 0:
+            return command
+        errors.append(probe.stderr.strip()[:200])
+    pytest.skip(f"cannot make a loopback-only network namespace here: {errors}")
 
 
 def worker_config(ttl: str | None = "1h") -> str:
@@ -87,9 +90,7 @@ def run_claude(
     tmp_path: Path, runs: list[tuple[list[str], str]], **spec: Any
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The CLI's runs (exit code, stdout, stderr) and the upstream's requests, all inside the namespace."""
-    reason = netns_available()
-    if reason is not None:
-        pytest.skip(reason)
+    netns = netns_command()
     binary = claude_binary()
     (tmp_path / "note.txt").write_text(SECRET + "\n", encoding="utf-8")
     spec_file = tmp_path / "spec.json"
@@ -100,7 +101,7 @@ def run_claude(
         encoding="utf-8",
     )
     done = subprocess.run(
-        ["unshare", "-n", sys.executable, str(DRIVER), str(spec_file)],
+        [*netns, sys.executable, str(DRIVER), str(spec_file)],
         capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]

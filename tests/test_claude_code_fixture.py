@@ -57,6 +57,10 @@ def task_text(message: dict[str, Any]) -> str:
     return "".join(b.get("text", "") for b in content if b.get("type") == "text")
 
 
+def blocks(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [b for m in messages if isinstance(m["content"], list) for b in m["content"]]
+
+
 def test_the_fixture_is_what_claude_code_sends() -> None:
     bodies = requests()
     assert len(bodies) == 5
@@ -107,3 +111,5 @@ def test_every_roles_view_keeps_instructions_tools_task_and_the_agents_work(role
         }
         assert calls <= answered
         assert messages_refusal(sent) is None
+        marked = [b for b in blocks(before) if b.get("cache_control")]  # the client's own marks, as they came
+        assert marked and all(block in blocks(messages) for block in marked)

@@ -29,7 +29,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO))
-from tests.test_claude_code_e2e import CLAUDE_CODE_VERSION, DRIVER, claude_binary  # noqa: E402
+from tests.test_claude_code_e2e import CLAUDE_CODE_VERSION, DRIVER, claude_binary, netns_command  # noqa: E402
 
 WORKDIR = "/work/project"
 """Where the recorded session seems to have run (the temporary directory's path is replaced)."""
@@ -106,7 +106,7 @@ def main() -> int:
         ]
         spec = {"claude": str(binary), "work": str(work), "config": "", "runs": runs, "direct": True}
         (work / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
-        subprocess.run(["unshare", "-n", sys.executable, str(DRIVER), str(work / "spec.json")], check=True)
+        subprocess.run([*netns_command(), sys.executable, str(DRIVER), str(work / "spec.json")], check=True)
         results = json.loads((work / "results.json").read_text(encoding="utf-8"))
         assert all(r["returncode"] == 0 for r in results), results
         records = [json.loads(line) for line in (work / "upstream.jsonl").read_text(encoding="utf-8").splitlines()]
