@@ -74,6 +74,7 @@ def test_the_issue_repro_is_answered_on_every_role_of_the_default_config() -> No
         answer = post(body, role)
         assert answer.status_code == 200, (role, answer.text)
         assert answer.json()["type"] == "message"
+        assert "received 2 messages (system=1, user=1)" in answer.json()["content"][0]["text"]
 
 
 def claude_code_turns() -> dict[str, Any]:

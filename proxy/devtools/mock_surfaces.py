@@ -26,7 +26,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from proxy.core.messages import Message
+from proxy.core.messages import Message, text_of
 from proxy.devtools.mock_cache import CacheReport, PromptCache
 from proxy.devtools.mock_strict import messages_refusal
 from proxy.devtools.mock_upstream import (
@@ -42,6 +42,7 @@ from proxy.errors import InvalidRequestError
 from proxy.surfaces import messages as anthropic
 from proxy.surfaces import responses as openai_responses
 from proxy.surfaces._view import REF
+from proxy.surfaces.messages_pinned import is_pinned
 
 
 def _event(kind: str, payload: dict[str, Any]) -> bytes:
@@ -190,7 +191,7 @@ class MockSurfaces:
             return read
         body, delay_s = read
         try:
-            view = _plain(anthropic.to_view(body).messages)
+            view = _received(body)
         except InvalidRequestError as exc:
             return _anthropic_error(400, exc.message)
         refusal = messages_refusal(body)
@@ -236,7 +237,7 @@ class MockSurfaces:
         if isinstance(read, Response):
             return read
         try:
-            view = _plain(anthropic.to_view(read[0]).messages)
+            view = _received(read[0])
         except InvalidRequestError as exc:
             return _anthropic_error(400, f"mock: {exc.message}")
         return JSONResponse({"input_tokens": approximate_tokens(view)})
@@ -282,6 +283,21 @@ def _model(body: dict[str, Any], default: str) -> str:
 
 def _plain(view: list[Message]) -> list[Message]:
     return [{k: v for k, v in m.items() if k != REF} for m in view]
+
+
+def _received(body: dict[str, Any]) -> list[Message]:
+    """A Messages request as the mock reads it: the adapter's view, with the messages it leaves out
+    of the view (mid-conversation ``system`` messages and other roles) back in their places."""
+    view = anthropic.to_view(body)
+    out = _plain(view.messages)
+    natives = body["messages"]
+    for i in range(len(natives) - 1, -1, -1):
+        if view.spans[i] == view.spans[i + 1] and is_pinned(natives[i]):
+            out.insert(
+                view.spans[i],
+                {"role": str(natives[i].get("role")), "content": text_of(natives[i].get("content"))},
+            )
+    return out
 
 
 def _streaming(events: AsyncIterator[bytes]) -> StreamingResponse:
