@@ -10,7 +10,16 @@ The view (SPEC section 7):
   server-side tool items (``web_search_call`` and the like, without output: opaque, they move with
   their step). ``reasoning`` opens the step that follows it;
 - every ``*_output`` item is a tool message answering its call;
-- ``compaction``, ``item_reference`` and unknown items are opaque assistant messages: kept or dropped.
+- ``compaction``, ``item_reference``, untyped items and message items of a role the chat API does
+  not know are opaque assistant messages (:data:`proxy.core.messages.OPAQUE`): kept or dropped whole;
+- the **leading instructions**: ``instructions``, the developer/system message items before the
+  first other item, tool declarations (``additional_tools`` items, Codex's form) and any opaque or
+  unknown item among them are leading system messages, so every view keeps them (an opaque one as a
+  ``developer`` message sent whole). A tool declaration later in the input is an opaque
+  ``developer`` message too.
+
+Never stricter than the upstream: an item type, role, content part or field the adapter does not
+know is forwarded unchanged, in place; its only 400s name ``input`` items in OpenAI's words.
 
 Written back: unchanged view messages give their items verbatim; a step whose calls a filter removed
 loses those call items, and a ``reasoning`` item is kept only while the item right after it in its
@@ -24,9 +33,16 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from proxy.core.messages import ANNOTATION_KEYS, KNOWN_ROLES, Message, text_of
+from proxy.core.messages import (
+    ANNOTATION_KEYS,
+    KNOWN_ROLES,
+    OPAQUE,
+    SYSTEM_ROLES,
+    Message,
+    leading_system_count,
+    text_of,
+)
 from proxy.core.tokens import TOKENS_PER_MESSAGE, TokenCounter, approximate_length
-from proxy.errors import InvalidRequestError
 from proxy.surfaces._view import (
     REF,
     Unit,
@@ -40,55 +56,29 @@ from proxy.surfaces._view import (
     written_back,
 )
 from proxy.surfaces.memo import Remembered, ViewMemo, conversation_key, matched
+from proxy.surfaces.responses_items import (
+    PROVIDER_STATE,
+    TOOL_CALLS,
+    TOOL_DECLARATIONS,
+    input_items,
+    item_type,
+    opaque_alone,
+    output_call_id,
+    provider_state,
+)
+
+__all__ = [
+    "PROVIDER_STATE",
+    "SURFACE",
+    "input_items",
+    "item_type",
+    "output_call_id",
+    "provider_state",
+    "rebuild",
+    "to_view",
+]
 
 SURFACE = "responses"
-TOOL_CALLS = frozenset({"function_call", "custom_tool_call"})
-"""Call items that are always client-side tool calls."""
-OPAQUE_ALONE = frozenset({"compaction", "item_reference"})
-PROVIDER_STATE = ("previous_response_id", "conversation")
-
-
-def item_type(item: dict[str, Any]) -> str:
-    """An input item's type (an untyped item with a ``role`` is a message)."""
-    kind = item.get("type")
-    if isinstance(kind, str):
-        return kind
-    return "message" if "role" in item else ""
-
-
-def output_call_id(item: dict[str, Any]) -> str | None:
-    """The call an ``*_output`` item answers (``local_shell_call_output`` names it ``id``)."""
-    value = item.get("call_id", item.get("id"))
-    return value if isinstance(value, str) else None
-
-
-def provider_state(body: dict[str, Any]) -> str | None:
-    """``previous_response_id`` or ``conversation`` when the history lives at the provider."""
-    for key in PROVIDER_STATE:
-        if body.get(key) not in (None, ""):
-            return key
-    return None
-
-
-def input_items(body: dict[str, Any], start: int = 0) -> tuple[list[dict[str, Any]], list[str]]:
-    """The ``input`` list, checked (a 400 naming the first item that is not an object), and its item
-    types (from item ``start`` on: the items before it were checked before)."""
-    items = body.get("input")
-    if isinstance(items, str):
-        return [], []
-    if not isinstance(items, list):
-        raise InvalidRequestError("'input' must be a string or a list of input items", param="input")
-    kinds: list[str] = []
-    for i, item in enumerate(items[start:], start):
-        if item.__class__ is not dict:
-            raise InvalidRequestError(f"input[{i}] must be an object", param=f"input[{i}]")
-        kind = item.get("type")
-        if kind.__class__ is not str:
-            kind = "message" if "role" in item else ""
-        if kind == "message" and item.get("role").__class__ is not str:
-            raise InvalidRequestError(f"input[{i}].role must be a string", param=f"input[{i}].role")
-        kinds.append(kind)
-    return items, kinds
 
 
 def _call(item: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -179,25 +169,38 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None, memo: Vie
         step = None
 
     out, units, counts, spans = view.messages, view.units, view.counts, view.spans
+    leading = leading_system_count(out) == len(out)  # no other item yet: instructions go on
     for i, item in enumerate(items[start:], start):
         kind = kinds[i - start]
-        if kind == "message" and item.get("role") != "assistant":
+        role = item.get("role")
+        if opaque_alone(kind, role, leading):
+            close()
+            spans.append(len(units))
+            label = f"({kind or 'item'})"
+            opaque_role = "developer" if leading or kind in TOOL_DECLARATIONS else "assistant"
+            view.add(
+                {"role": opaque_role, "content": label, OPAQUE: True},
+                Unit("opaque", i, opaque=True),
+                base[opaque_role] + count(label),
+            )
+            continue
+        leading = leading and kind == "message" and role in SYSTEM_ROLES
+        if kind == "message" and role != "assistant":
             if step is not None:
                 close()
             spans.append(len(units))
-            role = item["role"]
             content = item.get("content")
             if isinstance(content, str | list):
                 content, tokens = counted_content(content, counter)
             else:
                 content, tokens = None, 0
             message = {"role": role, "content": content, REF: len(units)}
-            plain = role in base and ANNOTATION_KEYS.isdisjoint(item)
+            plain = ANNOTATION_KEYS.isdisjoint(item)  # the role is known: opaque_alone took the others
             if not plain:
                 message.update(annotations_of(item))
             units.append(Unit("message", i))
             out.append(message)
-            counts.append(base[role] + tokens if plain else None)
+            counts.append(base[str(role)] + tokens if plain else None)
         elif kind.endswith("_output"):
             if step is not None:
                 close()
@@ -216,15 +219,6 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None, memo: Vie
             out.append({"role": "tool", "tool_call_id": call_id, "content": content, REF: len(units)})
             units.append(Unit("output", i))
             counts.append(base["tool"] + (known(call_id) or count(call_id)) + tokens)
-        elif kind in OPAQUE_ALONE or not kind:
-            close()
-            spans.append(len(units))
-            opaque = f"({kind or 'item'})"
-            view.add(
-                {"role": "assistant", "content": opaque},
-                Unit("opaque", i, opaque=True),
-                base["assistant"] + count(opaque),
-            )
         else:  # assistant-side: a text message, reasoning, a call, a server-side tool item
             is_call = kind in TOOL_CALLS
             if not is_call and kind.endswith("_call"):
