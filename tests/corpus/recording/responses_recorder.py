@@ -6,7 +6,7 @@ Every ``POST /v1/responses`` is appended to a JSONL file as ``{"seq", "path", "h
 the Responses API's typed SSE events (``response.created`` .. ``response.completed``), or a JSON
 ``response`` object without ``stream: true``. The script is a tool loop of two calls:
 
-1. while the request carries no ``function_call_output``: an encrypted ``reasoning`` item, then a
+1. while the current turn (from the newest user message on) carries no ``function_call_output``: an encrypted ``reasoning`` item, then a
    ``function_call`` to the shell tool the request declares (top-level ``tools`` or an
    ``additional_tools`` input item; Codex's ``exec_command`` or ``shell``) running ``COMMAND``;
 2. then a final assistant message, ``DONE_TEXT`` followed by the last tool output's first line.
@@ -82,9 +82,10 @@ def output_text(body: dict[str, Any]) -> str:
 
 def answer_items(body: dict[str, Any], seq: int) -> list[dict[str, Any]]:
     """The script: a reasoning item and a shell call first, then the final text."""
-    if not any(
-        isinstance(i, dict) and i.get("type") == "function_call_output" for i in body.get("input") or []
-    ):
+    items = [i for i in body.get("input") or [] if isinstance(i, dict)]
+    users = [n for n, i in enumerate(items) if i.get("role") == "user"]
+    turn = items[users[-1] :] if users else items  # the current turn: a tool loop of its own
+    if not any(i.get("type") == "function_call_output" for i in turn):
         reasoning = {
             "type": "reasoning",
             "id": f"rs_rec{seq:04d}",
