@@ -8,6 +8,8 @@
   ``message_stop``), with a ``tool_use`` block in the same case; ``POST /v1/messages/count_tokens``:
   ``{"input_tokens": N}``. Errors are written in Anthropic's shape.
 
+Responses requests are refused where OpenAI refuses them (:mod:`proxy.devtools.mock_strict`: no
+``model``, an orphan output item), and ``additional_tools`` items declare tools as ``tools`` does.
 ``x-mock-delay-ms`` and ``x-mock-status`` work as on chat completions; usage reports the shared prompt
 cache of :mod:`proxy.devtools.mock_cache` in each API's fields.
 """
@@ -26,6 +28,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from proxy.core.messages import Message
 from proxy.devtools.mock_cache import CacheReport, PromptCache
+from proxy.devtools.mock_strict import declared_tools, responses_refusal
 from proxy.devtools.mock_upstream import (
     _digest,
     _error,
@@ -109,8 +112,11 @@ class MockSurfaces:
         try:
             view = _plain(openai_responses.to_view(body).messages)
         except InvalidRequestError as exc:
-            return _error(400, f"mock: {exc.message}")
-        tool = _wants_tool_call(view, body.get("tools"))
+            return _error(400, exc.message, param=exc.param, code=exc.code)
+        refused = responses_refusal(body)
+        if refused is not None:
+            return _error(400, refused.message, param=refused.param, code=refused.code)
+        tool = _wants_tool_call(view, declared_tools(body))
         digest = _digest({"messages": view})
         if tool is not None:
             item: dict[str, Any] = {
