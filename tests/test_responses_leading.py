@@ -180,3 +180,27 @@ def test_the_proxys_own_400s_on_responses_are_worded_like_openais(
     error = answer.json()["error"]
     assert error["param"] == param and error["message"].startswith(message)
     assert error["type"] == "invalid_request_error" and "messages" not in error["message"]
+
+
+def test_an_unknown_item_between_parallel_outputs_rides_with_the_output_before_it() -> None:
+    body = {
+        "model": "gpt-5",
+        "input": [
+            {"type": "message", "role": "user", "content": "task"},
+            {"type": "function_call", "call_id": "a", "name": "f", "arguments": "{}"},
+            {"type": "function_call", "call_id": "b", "name": "f", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "a", "output": "1"},
+            UNKNOWN,
+            {"type": "function_call_output", "call_id": "b", "output": "2"},
+            {"type": "message", "role": "user", "content": "next"},
+        ],
+    }
+    view = responses.to_view(body).messages
+    assert [m["role"] for m in view] == ["user", "assistant", "tool", "tool", "user"]
+    assert run("responses", [{"type": "passthrough"}], body) == body
+    edited = run("responses", [{"type": "remove_regex", "remove": ["1"]}], body)
+    assert edited["input"][3]["output"] == "" and edited["input"][4] == UNKNOWN
+    assert run("responses", [{"type": "tool_call_filter"}], body)["input"] == [
+        body["input"][0],
+        body["input"][6],
+    ]

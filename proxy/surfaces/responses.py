@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from proxy.core.messages import (
@@ -60,10 +61,12 @@ from proxy.surfaces.responses_items import (
     PROVIDER_STATE,
     TOOL_CALLS,
     TOOL_DECLARATIONS,
+    answered_calls,
     input_items,
     item_type,
     opaque_alone,
     output_call_id,
+    output_follows,
     provider_state,
 )
 
@@ -223,9 +226,19 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None, memo: Vie
             is_call = kind in TOOL_CALLS
             if not is_call and kind.endswith("_call"):
                 if answered is None:
-                    answered = _answered(items, input_items(body)[1])
+                    answered = answered_calls(items, input_items(body)[1])
                     server_call = i
                 is_call = item.get("call_id") in answered
+            if (
+                step is None
+                and not is_call
+                and units
+                and units[-1].kind == "output"
+                and output_follows(kinds, i - start)
+            ):
+                units[-1] = replace(units[-1], items=(*units[-1].items, i))  # rides with the output before it
+                spans.append(-1)
+                continue
             opens = step is None or (
                 (kind == "reasoning" or kind == "message") and (step.text_item is not None or step.calls)
             )
@@ -258,14 +271,6 @@ def _resume_at(remembered: Remembered, items: list[Any]) -> int:
     return at
 
 
-def _answered(items: list[dict[str, Any]], kinds: list[str]) -> set[str]:
-    return {
-        call_id
-        for item, kind in zip(items, kinds, strict=True)
-        if kind.endswith("_output") and (call_id := output_call_id(item)) is not None
-    }
-
-
 def rebuild(body: dict[str, Any], view: View, sent: Sequence[Message]) -> dict[str, Any]:
     """The native request for the view messages the chain kept (``sent``, in order)."""
     raw = body.get("input")
@@ -292,6 +297,7 @@ def rebuild(body: dict[str, Any], view: View, sent: Sequence[Message]) -> dict[s
         if message is before and unit.index >= 0:  # an unchanged item: as it came
             item = items[unit.index]
             out.append(item if ANNOTATION_KEYS.isdisjoint(item) else without_annotations(item))
+            out.extend(without_annotations(items[i]) for i in unit.items)  # an output's riders
         elif message is before and unit.kind == "step":
             out.extend(
                 item if ANNOTATION_KEYS.isdisjoint(item) else without_annotations(item)
@@ -319,6 +325,7 @@ def rebuild(body: dict[str, Any], view: View, sent: Sequence[Message]) -> dict[s
                 )
                 item = {**item, "output": output}
             out.append(without_annotations(item))
+            out.extend(without_annotations(items[i]) for i in unit.items)
         else:
             out.extend(_step_items(items, unit, before, message))
     return {**body, "input": out}

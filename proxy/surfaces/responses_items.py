@@ -100,3 +100,22 @@ def opaque_alone(kind: str, role: Any, leading: bool) -> bool:
     if kind in OPAQUE_ALONE or kind in TOOL_DECLARATIONS or not kind:
         return True
     return leading and kind not in STEP_KINDS and not kind.endswith(("_call", "_output"))
+
+
+def output_follows(kinds: list[str], at: int) -> bool:
+    """Whether more outputs of the same calls follow item ``at`` (a server-side or unknown item between
+    parallel outputs: it rides with the output before it, so the call group stays one)."""
+    for kind in kinds[at + 1 :]:
+        if kind.endswith("_output"):
+            return True
+        if kind in ("message", "reasoning") or kind in TOOL_CALLS or opaque_alone(kind, None, False):
+            return False
+    return False
+
+
+def answered_calls(items: list[dict[str, Any]], kinds: list[str]) -> set[str]:
+    return {
+        call_id
+        for item, kind in zip(items, kinds, strict=True)
+        if kind.endswith("_output") and (call_id := output_call_id(item)) is not None
+    }
