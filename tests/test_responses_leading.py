@@ -138,13 +138,17 @@ def test_unknown_roles_item_types_parts_and_fields_are_forwarded_unchanged_in_pl
     assert got[5] == body["input"][5]
 
 
-def preview(body: dict[str, Any], role: str) -> httpx.Response:
+def preview(body: Any, role: str, path: str = "/v1/history/preview") -> httpx.Response:
+    """``body`` posted to the app on the default config (JSON, or raw bytes as they are)."""
+
     async def go() -> httpx.Response:
         app = create_app(load_config(REPO / "config" / "default.yaml"))
         async with app.router.lifespan_context(app):  # type: ignore[attr-defined]
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as client:
-                return await client.post("/v1/history/preview", json=body, headers={"X-Agent-Role": role})
+                sent = {"content": body} if isinstance(body, bytes) else {"json": body}
+                headers = {"X-Agent-Role": role, "content-type": "application/json"}
+                return await client.post(path, headers=headers, **sent)
 
     return asyncio.run(go())
 
@@ -204,3 +208,16 @@ def test_an_unknown_item_between_parallel_outputs_rides_with_the_output_before_i
         body["input"][0],
         body["input"][6],
     ]
+
+
+@pytest.mark.parametrize("raw", [b"{nope", b"[1, 2]"])
+def test_a_body_that_is_no_json_object_on_responses_asks_for_input_not_messages(raw: bytes) -> None:
+    error = preview(raw, "worker", "/v1/responses").json()["error"]
+    assert "'input'" in error["message"] and "messages" not in error["message"]
+
+
+@pytest.mark.parametrize("body", [{"model": "gpt-5"}, {"model": "gpt-5", "input": []}])
+def test_a_request_with_no_history_to_shape_is_the_upstreams_to_judge(body: dict[str, Any]) -> None:
+    answer = preview(body, "worker", "/v1/responses")
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["x-history-notes"] == "history_at_provider:no_input"

@@ -48,7 +48,7 @@ def input_items(body: dict[str, Any], start: int = 0) -> tuple[list[dict[str, An
     """The ``input`` list, checked (a 400 naming the first item that is not an object), and its item
     types (from item ``start`` on: the items before it were checked before)."""
     items = body.get("input")
-    if isinstance(items, str):
+    if isinstance(items, str) or items is None:  # a string is one message; none: nothing to shape
         return [], []
     if not isinstance(items, list):
         raise InvalidRequestError(
