@@ -155,6 +155,13 @@ def test_a_codex_tool_loop_completes_through_the_worker_view_with_its_instructio
     assert reasoning["encrypted_content"] == "gAAAAB-recorded-opaque-reasoning-state"
     assert "codex-e2e-marker" in second["input"][-1]["output"]
     assert second["input"][: len(first["input"])] == first["input"], "the worker view kept the whole turn"
+    access = [
+        json.loads(line)
+        for line in (tmp_path / "proxy.log").read_text().splitlines()
+        if '"path":"/v1/responses"' in line
+    ]
+    assert [a["role"] for a in access] == ["worker", "worker"], "shaped on the worker role"
+    assert all("worker_view" in [f["type"] for f in a["filters"]] for a in access)
 
 
 @pytest.mark.timeout(300)
