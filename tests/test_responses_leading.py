@@ -221,3 +221,16 @@ def test_a_request_with_no_history_to_shape_is_the_upstreams_to_judge(body: dict
     answer = preview(body, "worker", "/v1/responses")
     assert answer.status_code == 200, answer.text
     assert answer.headers["x-history-notes"] == "history_at_provider:no_input"
+
+
+@pytest.mark.parametrize(
+    "name", ["worker_view", "orchestrator_view", "manager_view", "sliding_window", "truncate"]
+)
+def test_tools_declared_mid_conversation_are_kept_in_place_by_every_view(name: str) -> None:
+    more_tools = {**TOOLS, "tools": [{"type": "function", "name": "view_image", "parameters": {}}]}
+    body = codex_history()
+    body["input"].insert(10, more_tools)  # declared in the first turn, after its answer
+    sent = run("responses", CHAINS[name], body)["input"]
+    assert more_tools in sent, name
+    at = sent.index(more_tools)
+    assert sent[at + 1 :] == [i for i in body["input"][11:] if i in sent], "in place: before what followed it"

@@ -58,6 +58,7 @@ from proxy.surfaces._view import (
 )
 from proxy.surfaces.memo import Remembered, ViewMemo, conversation_key, matched
 from proxy.surfaces.responses_items import (
+    DECLARATION,
     PROVIDER_STATE,
     TOOL_CALLS,
     TOOL_DECLARATIONS,
@@ -68,6 +69,7 @@ from proxy.surfaces.responses_items import (
     output_call_id,
     output_follows,
     provider_state,
+    with_declarations,
 )
 
 __all__ = [
@@ -183,7 +185,7 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None, memo: Vie
             opaque_role = "developer" if leading or kind in TOOL_DECLARATIONS else "assistant"
             view.add(
                 {"role": opaque_role, "content": label, OPAQUE: True},
-                Unit("opaque", i, opaque=True),
+                Unit(DECLARATION if kind in TOOL_DECLARATIONS else "opaque", i, opaque=True),
                 base[opaque_role] + count(label),
             )
             continue
@@ -283,6 +285,7 @@ def rebuild(body: dict[str, Any], view: View, sent: Sequence[Message]) -> dict[s
         return {**body, "input": new_input} if new_input is not raw else body
     if unchanged(view, sent):
         return body
+    sent = with_declarations(view, sent)
     items = body["input"]  # checked by to_view
     out: list[Any] = []
     units, originals = view.units, view.messages

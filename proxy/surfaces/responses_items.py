@@ -7,17 +7,21 @@ items, never ``messages``. Everything else an item holds is the upstream's to ju
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from proxy.core.messages import ANNOTATION_KEYS, KNOWN_ROLES
+from proxy.core.messages import ANNOTATION_KEYS, KNOWN_ROLES, Message
 from proxy.core.validation import check_annotations
 from proxy.errors import InvalidRequestError
+from proxy.surfaces._view import View, ref_of
 
 TOOL_CALLS = frozenset({"function_call", "custom_tool_call"})
 """Call items that are always client-side tool calls."""
 OPAQUE_ALONE = frozenset({"compaction", "item_reference"})
 TOOL_DECLARATIONS = frozenset({"additional_tools"})
 """Input items that declare tools (Codex sends its tools so, with no top-level ``tools``)."""
+DECLARATION = "declaration"
+"""The unit kind of a tool declaration item: sent whole, and never left out (:func:`with_declarations`)."""
 STEP_KINDS = frozenset({"message", "reasoning", *TOOL_CALLS})
 PROVIDER_STATE = ("previous_response_id", "conversation")
 
@@ -119,3 +123,27 @@ def answered_calls(items: list[dict[str, Any]], kinds: list[str]) -> set[str]:
         for item, kind in zip(items, kinds, strict=True)
         if kind.endswith("_output") and (call_id := output_call_id(item)) is not None
     }
+
+
+def with_declarations(view: View, sent: Sequence[Message]) -> Sequence[Message]:
+    """``sent`` with every tool declaration the chain left out put back in place, as it came.
+
+    Tool declarations are instructions wherever they stand: a view that drops an older turn (a
+    worker's, a sliding window's) must not take the tools declared in it (Codex may declare more
+    tools mid-conversation). Each goes back before the first kept message that came after it.
+    """
+    missing = [ref for ref, unit in enumerate(view.units) if unit.kind == DECLARATION]
+    if not missing:
+        return sent
+    kept = {ref_of(message) for message in sent}
+    missing = [ref for ref in missing if ref not in kept]
+    if not missing:
+        return sent
+    out: list[Message] = []
+    for message in sent:
+        ref = ref_of(message)
+        while missing and ref is not None and missing[0] < ref:
+            out.append(view.messages[missing.pop(0)])
+        out.append(message)
+    out.extend(view.messages[ref] for ref in missing)
+    return out
