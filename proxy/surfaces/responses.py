@@ -44,12 +44,12 @@ from proxy.core.messages import (
     text_of,
 )
 from proxy.core.tokens import TOKENS_PER_MESSAGE, TokenCounter, approximate_length
+from proxy.core.validation import check_annotations
 from proxy.surfaces._view import (
     REF,
     Unit,
     View,
     annotations_of,
-    compact_json,
     counted_content,
     ref_of,
     unchanged,
@@ -60,6 +60,7 @@ from proxy.surfaces.memo import Remembered, ViewMemo, conversation_key, matched
 from proxy.surfaces.responses_items import (
     DECLARATION,
     PROVIDER_STATE,
+    STEP_KINDS,
     TOOL_CALLS,
     TOOL_DECLARATIONS,
     answered_calls,
@@ -69,6 +70,7 @@ from proxy.surfaces.responses_items import (
     output_call_id,
     output_follows,
     provider_state,
+    view_call,
     with_declarations,
 )
 
@@ -84,24 +86,8 @@ __all__ = [
 ]
 
 SURFACE = "responses"
-
-
-def _call(item: dict[str, Any], kind: str) -> dict[str, Any]:
-    name = item.get("name")
-    if name.__class__ is not str:
-        name = kind
-    if kind == "function_call":
-        arguments = item.get("arguments")
-    elif kind == "custom_tool_call":
-        arguments = item.get("input")
-    else:
-        arguments = compact_json(item.get("action", {}))
-    call_id = item.get("call_id", "")
-    return {
-        "id": call_id if call_id.__class__ is str else str(call_id),
-        "type": "function",
-        "function": {"name": name, "arguments": arguments if arguments.__class__ is str else ""},
-    }
+ORDINARY = frozenset({*TOOL_CALLS, "reasoning", "function_call_output", "custom_tool_call_output"})
+"""Item kinds that are never alone (:func:`opaque_alone` says no to them)."""
 
 
 class _Step:
@@ -178,7 +164,13 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None, memo: Vie
     for i, item in enumerate(items[start:], start):
         kind = kinds[i - start]
         role = item.get("role")
-        if opaque_alone(kind, role, leading):
+        # the common kinds decided inline (this runs for every item)
+        alone = (
+            role not in base
+            if kind == "message"
+            else kind not in ORDINARY and opaque_alone(kind, role, leading)
+        )
+        if alone:
             close()
             spans.append(len(units))
             label = f"({kind or 'item'})"
@@ -189,7 +181,8 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None, memo: Vie
                 base[opaque_role] + count(label),
             )
             continue
-        leading = leading and kind == "message" and role in SYSTEM_ROLES
+        if leading:
+            leading = kind == "message" and role in SYSTEM_ROLES
         if kind == "message" and role != "assistant":
             if step is not None:
                 close()
@@ -202,6 +195,7 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None, memo: Vie
             message = {"role": role, "content": content, REF: len(units)}
             plain = ANNOTATION_KEYS.isdisjoint(item)  # the role is known: opaque_alone took the others
             if not plain:
+                check_annotations(item, f"input[{i}]")
                 message.update(annotations_of(item))
             units.append(Unit("message", i))
             out.append(message)
@@ -234,7 +228,7 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None, memo: Vie
             if (
                 step is None
                 and not is_call
-                and units
+                and kind not in STEP_KINDS
                 and units[-1].kind == "output"
                 and output_follows(kinds, i - start)
             ):
@@ -254,7 +248,7 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None, memo: Vie
             if kind == "message":
                 step.text_item = i
             elif is_call:
-                step.calls.append(_call(item, kind))
+                step.calls.append(view_call(item, kind))
     open_step = step is not None  # a later request's next item may still belong to it
     close()
     spans.append(-1 if open_step else len(units))

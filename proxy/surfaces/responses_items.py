@@ -10,10 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from proxy.core.messages import ANNOTATION_KEYS, KNOWN_ROLES, Message
-from proxy.core.validation import check_annotations
+from proxy.core.messages import KNOWN_ROLES, Message
 from proxy.errors import InvalidRequestError
-from proxy.surfaces._view import View, ref_of
+from proxy.surfaces._view import View, compact_json, ref_of
 
 TOOL_CALLS = frozenset({"function_call", "custom_tool_call"})
 """Call items that are always client-side tool calls."""
@@ -79,8 +78,6 @@ def input_items(body: dict[str, Any], start: int = 0) -> tuple[list[dict[str, An
                 param=f"input[{i}].role",
                 code="invalid_type",
             )
-        if not ANNOTATION_KEYS.isdisjoint(item):
-            check_annotations(item, f"input[{i}]")
         kinds.append(kind)
     return items, kinds
 
@@ -109,7 +106,8 @@ def opaque_alone(kind: str, role: Any, leading: bool) -> bool:
 def output_follows(kinds: list[str], at: int) -> bool:
     """Whether more outputs of the same calls follow item ``at`` (a server-side or unknown item between
     parallel outputs: it rides with the output before it, so the call group stays one)."""
-    for kind in kinds[at + 1 :]:
+    for k in range(at + 1, len(kinds)):
+        kind = kinds[k]
         if kind.endswith("_output"):
             return True
         if kind in ("message", "reasoning") or kind in TOOL_CALLS or opaque_alone(kind, None, False):
@@ -147,3 +145,22 @@ def with_declarations(view: View, sent: Sequence[Message]) -> Sequence[Message]:
         out.append(message)
     out.extend(view.messages[ref] for ref in missing)
     return out
+
+
+def view_call(item: dict[str, Any], kind: str) -> dict[str, Any]:
+    """A call item as a chat tool call (a custom tool's input, another call's action as the arguments)."""
+    name = item.get("name")
+    if name.__class__ is not str:
+        name = kind
+    if kind == "function_call":
+        arguments = item.get("arguments")
+    elif kind == "custom_tool_call":
+        arguments = item.get("input")
+    else:
+        arguments = compact_json(item.get("action", {}))
+    call_id = item.get("call_id", "")
+    return {
+        "id": call_id if call_id.__class__ is str else str(call_id),
+        "type": "function",
+        "function": {"name": name, "arguments": arguments if arguments.__class__ is str else ""},
+    }
