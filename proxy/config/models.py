@@ -51,9 +51,10 @@ class UpstreamConfig(StrictModel):
     """Prompt-cache prices (``openai``, ``anthropic`` or the numbers); none: by ``cache_control``."""
     status_retries: Literal["auto", "client", "proxy"] = "auto"
     """Who retries a 429/502/503 answer: ``proxy`` (up to ``retries``), ``client`` (passed back at
-    once, ``Retry-After`` included) or ``auto``: ``client`` when the request says its SDK retries
-    (``x-stainless-retry-count``, sent by the OpenAI and Anthropic SDKs), else ``proxy``. Connect
-    errors are always retried and fallbacks always tried."""
+    once, ``Retry-After`` included) or ``auto``: ``client`` when the request comes from a client that
+    retries on its own (the OpenAI and Anthropic SDKs by ``x-stainless-retry-count``, Codex by its
+    ``originator`` or user agent, Claude Code by its user agent), else ``proxy``. Connect errors are
+    always retried and fallbacks always tried."""
     forward_identity: bool = False
     """Send the identity headers (``identity.*_header``) on to this upstream; by default they stay here."""
     api: Literal["openai", "anthropic"] = "openai"

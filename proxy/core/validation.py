@@ -60,7 +60,7 @@ def _check_message(message: Any, where: str) -> None:
             f"{where}.role must be one of {', '.join(sorted(KNOWN_ROLES))}, got {str(role)[:40]!r}",
             param=f"{where}.role",
         )
-    _check_annotations(message, where)
+    check_annotations(message, where)
     _check_fields(message, where)
 
 
@@ -101,7 +101,8 @@ def _check_fields(message: Message, where: str) -> None:
             raise InvalidRequestError(f"{where}.{key} must be a string", param=f"{where}.{key}")
 
 
-def _check_annotations(message: Message, where: str) -> None:
+def check_annotations(message: Message, where: str) -> None:
+    """The proxy's annotation keys on a message (or a surface's native item) have their documented types."""
     if not ANNOTATION_KEYS.intersection(message):
         return
     tags = message.get("tags")

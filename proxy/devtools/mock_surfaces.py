@@ -10,6 +10,8 @@
   Anthropic refuses, in its words (:mod:`proxy.devtools.mock_strict`: a missing ``model``, an orphan
   ``tool_result``, an empty text block, ...) and takes mid-conversation ``system`` messages.
 
+Responses requests are refused where OpenAI refuses them (:mod:`proxy.devtools.mock_strict`: no
+``model``, an orphan output item), and ``additional_tools`` items declare tools as ``tools`` does.
 ``x-mock-delay-ms`` and ``x-mock-status`` work as on chat completions; usage reports the shared prompt
 cache of :mod:`proxy.devtools.mock_cache` in each API's fields.
 """
@@ -28,7 +30,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from proxy.core.messages import Message, text_of
 from proxy.devtools.mock_cache import CacheReport, PromptCache
-from proxy.devtools.mock_strict import messages_refusal
+from proxy.devtools.mock_strict import declared_tools, messages_refusal, responses_refusal
 from proxy.devtools.mock_upstream import (
     _digest,
     _error,
@@ -113,8 +115,11 @@ class MockSurfaces:
         try:
             view = _plain(openai_responses.to_view(body).messages)
         except InvalidRequestError as exc:
-            return _error(400, f"mock: {exc.message}")
-        tool = _wants_tool_call(view, body.get("tools"))
+            return _error(400, exc.message, param=exc.param, code=exc.code)
+        refused = responses_refusal(body)
+        if refused is not None:
+            return _error(400, refused.message, param=refused.param, code=refused.code)
+        tool = _wants_tool_call(view, declared_tools(body))
         digest = _digest({"messages": view})
         if tool is not None:
             item: dict[str, Any] = {

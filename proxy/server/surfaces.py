@@ -70,9 +70,8 @@ async def surface_call(proxy: _Proxy, call: Call, route: str) -> Outgoing:
     exchange = proxy.begin(call)
     identity = proxy.identify(call, exchange)
     limits = config.limits
-    body = parse_body(
-        await read_body(call.headers, call.stream(), limits.max_body_bytes), limits.max_json_containers
-    )
+    raw = await read_body(call.headers, call.stream(), limits.max_body_bytes)
+    body = parse_body(raw, limits.max_json_containers, "input" if surface == "responses" else "messages")
     names = proxy._route(call, body, exchange)
     check_speaks(config, surface, names)
     exchange.stream = body.get("stream") is True

@@ -118,8 +118,8 @@ async def shape(
         state = responses.provider_state(body)
         if state is not None:
             return unfiltered(pipeline, body, view, model, identity, surface, state)
-        if not view.messages:
-            raise InvalidRequestError("'input' must hold at least one item", param="input")
+        if not view.messages:  # no history to shape (an empty or absent input): the upstream judges
+            return unfiltered(pipeline, body, view, model, identity, surface, "no_input")
         return await run_view(
             pipeline,
             view,

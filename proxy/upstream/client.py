@@ -7,8 +7,9 @@ What a client sees for each outcome of :meth:`Upstreams.open` and :meth:`Upstrea
     429, 502, 503 before any byte was sent    retried (Retry-After honoured up to a cap) when the
                                               upstream's ``status_retries`` says the proxy retries, then
                                               fallbacks, then the last answer passed through (with its
-                                              Retry-After); with ``client`` (or ``auto`` and an SDK that
-                                              says it retries) not retried here: fallbacks, then passed back
+                                              Retry-After); with ``client`` (or ``auto`` and a client that
+                                              retries on its own, :mod:`.retrying_clients`) not retried
+                                              here: fallbacks, then passed back
     read timeout before the headers           504 UpstreamTimeoutError (not retried: the upstream may
                                               already be working on it)
     reset / protocol error before headers     502 UpstreamUnavailableError (not retried, same reason: a
@@ -51,26 +52,18 @@ from proxy.upstream.headers import (
 )
 from proxy.upstream.pools import ClientPool
 from proxy.upstream.reply import UpstreamReply, transport_error
+from proxy.upstream.retrying_clients import client_retries
 from proxy.upstream.transport import Address, Timeouts, TLSVerificationError
 
 log = logging.getLogger("history_proxy.upstream")
 
 RETRY_STATUSES = frozenset({429, 502, 503})
-SDK_RETRY_HEADER = "x-stainless-retry-count"
-"""Sent by the OpenAI and Anthropic SDKs, which retry 429 and 5xx answers themselves."""
 PARSED_URLS = 1024
 _DOT_SEGMENT = re.compile(r"(?:^|/)\.\.?(?:/|$)")
 
 Body = bytes | Callable[[str], Awaitable[bytes]] | AsyncIterable[bytes] | None
 """What to send: fixed bytes, bytes built per upstream (a fallback may need other cache marks),
 a one-shot stream (never retried), or nothing."""
-
-
-def _client_retries(setting: str, headers: Sequence[tuple[str, str]]) -> bool:
-    """Whether a 429/502/503 is left to the client: ``client``, or ``auto`` and an SDK that retries."""
-    if setting == "auto":
-        return any(name.lower() == SDK_RETRY_HEADER for name, _ in headers)
-    return setting == "client"
 
 
 def retry_after_s(headers: httpx.Headers) -> float | None:
@@ -247,7 +240,7 @@ class Upstreams:
                         self._retry_wait(httpx.Headers(answer.raw_headers), attempt)
                         if retryable
                         and attempt < tries - 1
-                        and not _client_retries(upstream.status_retries, headers)
+                        and not client_retries(upstream.status_retries, headers)
                         else None
                     )
                     if not retryable or (delay is None and index == len(candidates) - 1):
