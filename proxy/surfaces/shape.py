@@ -13,9 +13,11 @@ from proxy.core.identity import Identity
 from proxy.errors import InvalidRequestError
 from proxy.pipeline.run import Pipeline
 from proxy.surfaces import messages, responses
-from proxy.surfaces._view import REF, Shaped, run_view, unfiltered
+from proxy.surfaces._view import REF, Shaped, run_view
 from proxy.surfaces.marks import place_marks
 from proxy.surfaces.memo import ViewMemo
+from proxy.surfaces.messages_valid import valid_for_messages
+from proxy.surfaces.provider_held import provider_held
 
 Surface = Literal["chat", "responses", "messages"]
 SURFACES: tuple[Surface, ...] = ("chat", "responses", "messages")
@@ -111,7 +113,7 @@ async def shape(
         view = responses.to_view(body, pipeline.tokens.get(model=model), memo)
         state = responses.provider_state(body)
         if state is not None:
-            return unfiltered(pipeline, body, view, model, identity, surface, state)
+            return provider_held(pipeline, body, view, model, identity, upstream, state)
         if not view.messages:
             raise InvalidRequestError("'input' must hold at least one item", param="input")
         return await run_view(
@@ -125,7 +127,13 @@ async def shape(
         )
     view = messages.to_view(body, pipeline.tokens.get(model=model), memo)
     shaped = await run_view(
-        pipeline, view, model, identity, upstream, lambda sent: messages.rebuild(body, view, sent), surface
+        pipeline,
+        view,
+        model,
+        identity,
+        upstream,
+        lambda sent: valid_for_messages(body, messages.rebuild(body, view, sent)),
+        surface,
     )
     slot = pipeline.config.cache_control
     target = pipeline.config.upstreams.get(upstream or "")
