@@ -6,7 +6,8 @@ Starts `python -m proxy serve` from ``--tree`` (default: this checkout; point it
 checkout to compare) on a free loopback port, with the built-in mock as upstream, sends ``N``
 requests each carrying one distinct text of ``--size`` bytes (a distinct 256 KiB tool output per
 request, as an agent fleet sends them), and prints the process's RSS (``/proc``) before, right
-after, and 5 s later, and the cache gauges of ``/metrics`` where the tree has them. Also measures
+after, and 5 s later, and the cache gauges of ``/metrics`` where the tree has them (``--idle S``: the view memo forgets
+conversations idle for S seconds, and the rested figure is taken after a scrape past that). Also measures
 how long ``/healthz`` waits while one request carrying ``--run`` characters of ``a`` is counted.
 """
 
@@ -95,12 +96,16 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=256 * 1024)
     parser.add_argument("--surface", choices=["chat", "messages"], default="chat")
     parser.add_argument("--run", type=int, default=0, help="also time /healthz behind a run of this many 'a'")
+    parser.add_argument(
+        "--idle", type=float, default=0, help="limits.surface_memo_idle_s (trees that have it)"
+    )
     args = parser.parse_args()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     folder = Path(tempfile.mkdtemp())
-    (folder / "config.yaml").write_text(CONFIG)
+    idle = f"limits: {{surface_memo_idle_s: {args.idle}}}\n" if args.idle else ""
+    (folder / "config.yaml").write_text(CONFIG + idle)
     env = {**os.environ, "PYTHONPATH": args.tree}
     env.pop("OPENAI_API_KEY", None)
     log = (folder / "serve.log").open("wb")
@@ -142,9 +147,9 @@ def main() -> None:
                 client.post(f"{url}{path}", json=body(args.surface, i, args.size)).raise_for_status()
         result["seconds"] = round(time.perf_counter() - started, 1)
         result["rss_after_mb"] = round(rss_mb(process.pid), 1)
-        time.sleep(5)
+        time.sleep(max(5, args.idle + 1))
+        result["gauges"] = gauges(url)  # a scrape: the memo forgets idle conversations first
         result["rss_rested_mb"] = round(rss_mb(process.pid), 1)
-        result["gauges"] = gauges(url)
         if args.run:
             result["healthz_worst_s_behind_run"] = round(stall(url, args.run), 3)
         print(json.dumps(result, indent=1))

@@ -153,6 +153,9 @@ class LimitsConfig(StrictModel):
     request converts only what its conversation's previous request did not have (0: off)."""
     surface_memo_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
     """The most the view memo may hold, in (estimated) bytes of parsed messages and views (0: off)."""
+    surface_memo_idle_s: float = Field(default=900, gt=0)
+    """A conversation whose latest request is older than this is forgotten by the view memo (its memory
+    returns), at the memo's next use or ``/metrics`` scrape."""
     token_cache_bytes: int = Field(default=64 * 1024 * 1024, ge=1024 * 1024)
     """The most the per-string token-count cache may hold, in bytes of its strings (read at start)."""
     max_connections: int | None = Field(default=None, ge=1)

@@ -25,6 +25,7 @@ message in place (no built-in filter does; a custom filter must copy, as the hou
 from __future__ import annotations
 
 import operator
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,10 +58,15 @@ class _Store:
 
     max_messages: int
     max_bytes: int
+    idle_s: float
     entries: OrderedDict[bytes, tuple[Remembered, list[int]]] = field(default_factory=OrderedDict)
-    """Each entry and the estimated bytes held by its natives up to each one (cumulative)."""
+    """Each entry and the estimated bytes held by its natives up to each one (cumulative), least
+    recently used first."""
+    used: dict[bytes, float] = field(default_factory=dict)
+    """When each entry was last kept or recalled (``time.monotonic``)."""
     held: int = 0
     held_bytes: int = 0
+    released_bytes: int = 0
     hits: int = 0
 
 
@@ -71,15 +77,16 @@ class ViewMemo:
     that tenant's own, so no tenant ever finds (or times, or counts) another tenant's conversations.
     """
 
-    def __init__(self, max_messages: int, max_bytes: int = 64 * 1024 * 1024) -> None:
-        """A memo of at most ``max_messages`` natives and ``max_bytes`` estimated bytes (either 0: off)."""
-        self._store = _Store(max_messages if max_bytes else 0, max_bytes)
+    def __init__(self, max_messages: int, max_bytes: int = 64 * 1024 * 1024, idle_s: float = 900.0) -> None:
+        """A memo of at most ``max_messages`` natives and ``max_bytes`` estimated bytes (either 0: off),
+        forgetting conversations idle for ``idle_s``."""
+        self._store = _Store(max_messages if max_bytes else 0, max_bytes, idle_s)
         self._tenant = b""
 
     @classmethod
     def of(cls, limits: LimitsConfig) -> ViewMemo:
         """The memo ``limits.surface_memo_messages`` and ``limits.surface_memo_bytes`` bound."""
-        return cls(limits.surface_memo_messages, limits.surface_memo_bytes)
+        return cls(limits.surface_memo_messages, limits.surface_memo_bytes, limits.surface_memo_idle_s)
 
     def for_tenant(self, tenant: str | None) -> ViewMemo:
         """This memo as ``tenant`` sees it (its entries only)."""
@@ -108,8 +115,15 @@ class ViewMemo:
 
     @property
     def held_bytes(self) -> int:
-        """Estimated bytes the memo holds now (:data:`JSON_FACTOR` x JSON + :data:`NATIVE_BYTES` each)."""
+        """Estimated bytes the memo holds now (:data:`JSON_FACTOR` x JSON + :data:`NATIVE_BYTES` each),
+        conversations idle for ``idle_s`` forgotten first."""
+        self._expire(time.monotonic())
         return self._store.held_bytes
+
+    @property
+    def released_bytes(self) -> int:
+        """Estimated bytes of the entries dropped or replaced so far (their memory is free again)."""
+        return self._store.released_bytes
 
     @property
     def hits(self) -> int:
@@ -121,10 +135,13 @@ class ViewMemo:
         if key is None:
             return None
         key = self._tenant + key
+        now = time.monotonic()
+        self._expire(now)
         found = self._store.entries.get(key)
         if found is None or found[0].counter is not counter:
             return None
         self._store.entries.move_to_end(key)
+        self._store.used[key] = now
         return found[0]
 
     def keep(self, key: bytes | None, entry: Remembered, *, reused: int = 0) -> None:
@@ -136,22 +153,37 @@ class ViewMemo:
             return
         key = self._tenant + key
         old = store.entries.pop(key, None)
+        store.used.pop(key, None)
         sizes: list[int] = []
         if old is not None:
             store.held -= len(old[0].natives)
             store.held_bytes -= old[1][-1] if old[1] else 0
+            store.released_bytes += old[1][-1] if old[1] else 0
             sizes = old[1][:reused]
         sizes = _sized(entry.natives, sizes)
         size = sizes[-1] if sizes else 0
         if len(entry.natives) > store.max_messages or size > store.max_bytes:
             return
         store.entries[key] = (entry, sizes)
+        store.used[key] = time.monotonic()
         store.held += len(entry.natives)
         store.held_bytes += size
         while store.held > store.max_messages or store.held_bytes > store.max_bytes:
-            _, (dropped, dropped_sizes) = store.entries.popitem(last=False)
-            store.held -= len(dropped.natives)
-            store.held_bytes -= dropped_sizes[-1] if dropped_sizes else 0
+            self._drop_oldest()
+
+    def _drop_oldest(self) -> None:
+        store = self._store
+        key, (dropped, dropped_sizes) = store.entries.popitem(last=False)
+        store.used.pop(key, None)
+        store.held -= len(dropped.natives)
+        store.held_bytes -= dropped_sizes[-1] if dropped_sizes else 0
+        store.released_bytes += dropped_sizes[-1] if dropped_sizes else 0
+
+    def _expire(self, now: float) -> None:
+        """Forget the conversations last used more than ``idle_s`` ago (the oldest come first)."""
+        store = self._store
+        while store.entries and now - store.used.get(next(iter(store.entries)), now) > store.idle_s:
+            self._drop_oldest()
 
 
 def _sized(natives: list[Any], known: list[int]) -> list[int]:
