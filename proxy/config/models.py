@@ -124,6 +124,8 @@ class AdminConfig(StrictModel):
 
     tenants: list[str] = Field(default_factory=list)
     """Tenants (of ``auth.keys``) whose proxy keys may call admin endpoints; none: admin endpoints are off."""
+    metrics: Literal["open", "admin"] = "open"
+    """Who may read ``GET /metrics``: anyone (``open``) or only ``tenants``' proxy keys (``admin``)."""
 
 
 class LimitsConfig(StrictModel):
@@ -150,6 +152,16 @@ class LimitsConfig(StrictModel):
     surface_memo_messages: int = Field(default=20_000, ge=0)
     """Native messages the views of recent Responses and Messages conversations may hold in all, so a
     request converts only what its conversation's previous request did not have (0: off)."""
+    surface_memo_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
+    """The most the view memo may hold, in (estimated) bytes of parsed messages and views (0: off)."""
+    surface_memo_idle_s: float = Field(default=900, gt=0)
+    """A conversation whose latest request is older than this is forgotten by the view memo (its memory
+    returns), at the memo's next use or ``/metrics`` scrape."""
+    token_cache_bytes: int = Field(default=64 * 1024 * 1024, ge=1024 * 1024)
+    """The most the per-string token-count cache may hold, in bytes of its strings (read at start)."""
+    max_connections: int | None = Field(default=None, ge=1)
+    """Open client connections per process beyond this are answered ``503`` and closed at once
+    (none: three quarters of the process's open-file limit, ``ulimit -n``)."""
 
 
 class CacheControlSlot(CacheControl):

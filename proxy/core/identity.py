@@ -22,6 +22,8 @@ class Identity:
     tenant: str | None = None
     notes: tuple[str, ...] = ()
     """How the identity was read when a header was missing (e.g. ``identity:role_defaulted``)."""
+    upstreams: frozenset[str] | None = None
+    """The upstreams the caller's proxy key may reach (``auth.keys[].upstreams``; None: all)."""
 
 
 def _as_sent(value: str) -> str:

@@ -33,9 +33,9 @@ from proxy.core.validation import check_messages, message_list, request_messages
 from proxy.core.windows import output_reserve, window_of
 from proxy.errors import FilterError, InvalidRequestError, PayloadTooLargeError
 from proxy.filters.base import Filter, FilterContext, Summarizer
+from proxy.pipeline.scope import caller_summarizer
 
 __all__ = ["FilterOutcome", "Pipeline", "PipelineResult", "request_messages"]
-
 log = logging.getLogger("history_proxy.pipeline")
 
 
@@ -176,7 +176,7 @@ class Pipeline:
             tenant=identity.tenant,
             completion_tools=self.completion_tools,
             tokens=tokens if tokens is not None else self.tokens.for_request(),
-            summarizer=self.summarizer,
+            summarizer=caller_summarizer(self.summarizer, identity),
             upstream=upstream,
             notes=list(identity.notes),
             pricing=self._pricing(upstream),

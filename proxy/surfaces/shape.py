@@ -16,6 +16,8 @@ from proxy.surfaces import messages, responses
 from proxy.surfaces._view import REF, Shaped, run_view, unfiltered
 from proxy.surfaces.marks import place_marks
 from proxy.surfaces.memo import ViewMemo
+from proxy.surfaces.messages_valid import valid_for_messages
+from proxy.surfaces.provider_held import provider_held
 
 Surface = Literal["chat", "responses", "messages"]
 SURFACES: tuple[Surface, ...] = ("chat", "responses", "messages")
@@ -117,7 +119,7 @@ async def shape(
         view = responses.to_view(body, pipeline.tokens.get(model=model), memo)
         state = responses.provider_state(body)
         if state is not None:
-            return unfiltered(pipeline, body, view, model, identity, surface, state)
+            return provider_held(pipeline, body, view, model, identity, upstream, state)
         if not view.messages:  # no history to shape (an empty or absent input): the upstream judges
             return unfiltered(pipeline, body, view, model, identity, surface, "no_input")
         return await run_view(
@@ -135,7 +137,13 @@ async def shape(
         shaped.result.report["notes"][-1] = NOTHING_TO_SHAPE
         return shaped
     shaped = await run_view(
-        pipeline, view, model, identity, upstream, lambda sent: messages.rebuild(body, view, sent), surface
+        pipeline,
+        view,
+        model,
+        identity,
+        upstream,
+        lambda sent: valid_for_messages(body, messages.rebuild(body, view, sent)),
+        surface,
     )
     slot = pipeline.config.cache_control
     target = pipeline.config.upstreams.get(upstream or "")
