@@ -30,6 +30,17 @@ def cost_summary(result: ReplayResult) -> str:
     )
 
 
+def evidence_summary(kept: int, needed: int) -> str:
+    """``evidence kept 97.5% (39/40)``."""
+    share = kept / needed if needed else 1.0
+    return f"evidence kept {share * 100:.1f}% ({kept}/{needed})"
+
+
+def _lost(tokens: tuple[str, ...], most: int = 4) -> str:
+    shown = " ".join(tokens[:most])
+    return shown + (f" +{len(tokens) - most}" if len(tokens) > most else "")
+
+
 def render_text(result: ReplayResult) -> str:
     """A fixed-width table, one line per request, then the totals."""
     shadow = ", shadow mode" if result.mode == "shadow" else ""
@@ -39,20 +50,22 @@ def render_text(result: ReplayResult) -> str:
     ]
     lines += [
         f"{'req':>4} {'msgs':>5} {'unfiltered':>11} {'sent':>9} {'cached prefix':>14} {'cached %':>9} "
-        f"{'billed cached':>14} {'uncached':>9} {'cost':>10} {'unfilt. cost':>13}"
+        f"{'billed cached':>14} {'uncached':>9} {'cost':>10} {'unfilt. cost':>13} {'evidence':>9}  lost"
     ]
     for s in result.steps:
         lines.append(
             f"{s.request:>4} {s.messages:>5} {s.tokens_unfiltered:>11} {s.tokens_sent:>9} "
             f"{s.tokens_cached_prefix:>14} {s.cached_share * 100:>8.1f}% "
-            f"{s.tokens_cached:>14} {s.tokens_uncached:>9} {s.cost:>10.1f} {s.unfiltered_cost:>13.1f}"
+            f"{s.tokens_cached:>14} {s.tokens_uncached:>9} {s.cost:>10.1f} {s.unfiltered_cost:>13.1f} "
+            f"{f'{s.evidence_kept}/{s.evidence_needed}':>9}  {_lost(s.evidence_lost)}".rstrip()
         )
     t = result.totals
     lines.append(
         f"total: {t['requests']} requests, {t['tokens_unfiltered']} tokens unfiltered, {t['tokens_sent']} sent "
         f"({t['saved_share'] * 100:.1f}% saved), {t['tokens_cached_prefix']} a cacheable prefix "
         f"({t['cached_share'] * 100:.1f}% of sent), {t['tokens_cached']} billed cached, "
-        f"{t['tokens_uncached']} uncached; {cost_summary(result)}"
+        f"{t['tokens_uncached']} uncached; {cost_summary(result)}; "
+        f"{evidence_summary(result.evidence_kept, result.evidence_needed)}"
     )
     return "\n".join(lines)
 
@@ -62,6 +75,9 @@ def many_totals(results: dict[str, ReplayResult]) -> dict[str, Any]:
     cost = sum(r.cost for r in results.values())
     unfiltered = sum(r.unfiltered_cost for r in results.values())
     worst = max(results.items(), key=lambda item: item[1].cost_ratio, default=None)
+    needed = sum(r.evidence_needed for r in results.values())
+    kept = sum(r.evidence_kept for r in results.values())
+    least = min(results.items(), key=lambda item: (item[1].evidence_share, item[0]), default=None)
     return {
         "conversations": len(results),
         "requests": sum(len(r.steps) for r in results.values()),
@@ -73,6 +89,17 @@ def many_totals(results: dict[str, ReplayResult]) -> dict[str, Any]:
         "cost_ratio": round(cost / unfiltered, 4) if unfiltered else 1.0,
         "dearer": sorted(name for name, r in results.items() if r.dearer),
         "worst": {"file": worst[0], "cost_ratio": round(worst[1].cost_ratio, 4)} if worst else None,
+        "evidence_needed": needed,
+        "evidence_kept": kept,
+        "evidence_share": round(kept / needed, 4) if needed else 1.0,
+        "least_evidence": {
+            "file": least[0],
+            "evidence_share": round(least[1].evidence_share, 4),
+            "evidence_kept": least[1].evidence_kept,
+            "evidence_needed": least[1].evidence_needed,
+        }
+        if least
+        else None,
     }
 
 
@@ -85,7 +112,7 @@ def render_many(results: dict[str, ReplayResult]) -> str:
         t = r.totals
         lines.append(
             f"{name:<{width}} {t['requests']:>4} req {t['tokens_unfiltered']:>9} unfiltered "
-            f"{t['tokens_sent']:>8} sent; {cost_summary(r)}"
+            f"{t['tokens_sent']:>8} sent; {cost_summary(r)}; {evidence_summary(r.evidence_kept, r.evidence_needed)}"
         )
     t = many_totals(results)
     lines.append(
@@ -93,6 +120,12 @@ def render_many(results: dict[str, ReplayResult]) -> str:
         f"unfiltered, {t['tokens_sent']} sent; cost {t['cost']:.1f} vs {t['unfiltered_cost']:.1f} unfiltered "
         f"(x{t['cost_ratio']:.3f}); {len(t['dearer'])} dearer than unfiltered"
         + (f" (worst x{t['worst']['cost_ratio']:.3f}: {t['worst']['file']})" if t["worst"] else "")
+        + f"; {evidence_summary(t['evidence_kept'], t['evidence_needed'])}"
+        + (
+            f" (least {t['least_evidence']['evidence_share'] * 100:.1f}%: {t['least_evidence']['file']})"
+            if t["least_evidence"]
+            else ""
+        )
     )
     return "\n".join(lines)
 
