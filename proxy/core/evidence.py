@@ -60,23 +60,35 @@ def evidence_of(prior: Sequence[Message], answer: Message) -> set[str]:
 
 @dataclass(frozen=True)
 class Evidence:
-    """One request's evidence: the tokens the answer needed, and those the sent request lost."""
+    """One request's evidence: the tokens the answer needed, those the sent request lost, and those it
+    holds only outside their context (in no message the chain left as it was: a digest, a notice)."""
 
     needed: tuple[str, ...]
     lost: tuple[str, ...]
+    out_of_context: tuple[str, ...] = ()
 
     @property
     def kept(self) -> int:
         return len(self.needed) - len(self.lost)
 
+    @property
+    def in_context(self) -> int:
+        return len(self.needed) - len(self.lost) - len(self.out_of_context)
+
 
 def measure(prior: Sequence[Message], answer: Message, sent: Sequence[Message]) -> Evidence:
-    """The evidence of ``answer`` given the history ``prior``, and what of it ``sent`` no longer holds."""
+    """The evidence of ``answer`` given the history ``prior``, what of it ``sent`` no longer holds, and
+    what it holds only in messages the chain changed (a stricter reading: the token without its context)."""
     needed = evidence_of(prior, answer)
     if not needed:
         return Evidence((), ())
-    text = " ".join(message_text(m) for m in sent)
-    return Evidence(tuple(sorted(needed)), tuple(sorted(t for t in needed if t not in text)))
+    texts = [message_text(m) for m in sent]
+    text = " ".join(texts)
+    lost = {t for t in needed if t not in text}
+    unchanged = {message_text(m) for m in prior}
+    verbatim = " ".join(t for t in texts if t in unchanged)
+    outside = {t for t in needed - lost if t not in verbatim}
+    return Evidence(tuple(sorted(needed)), tuple(sorted(lost)), tuple(sorted(outside)))
 
 
 def kept_share(kept: int, needed: int) -> float:

@@ -56,6 +56,8 @@ class ReplayStep:
     """Distinctive tokens the next answer took from an earlier observation (SPEC section 9)."""
     evidence_lost: tuple[str, ...] = ()
     """Of those, the ones the request sent no longer holds."""
+    evidence_out_of_context: tuple[str, ...] = ()
+    """Of those kept, the ones it holds only in messages the chain changed (a notice, a digest)."""
 
     @property
     def evidence_kept(self) -> int:
@@ -64,6 +66,10 @@ class ReplayStep:
     @property
     def evidence_share(self) -> float:
         return kept_share(self.evidence_kept, self.evidence_needed)
+
+    @property
+    def evidence_in_context(self) -> int:
+        return self.evidence_kept - len(self.evidence_out_of_context)
 
     @property
     def tokens_uncached(self) -> int:
@@ -111,6 +117,11 @@ class ReplayResult:
         return kept_share(self.evidence_kept, self.evidence_needed)
 
     @property
+    def evidence_in_context(self) -> int:
+        """Evidence kept in a message the chain left as it was (the stricter reading)."""
+        return sum(s.evidence_in_context for s in self.steps)
+
+    @property
     def dearer(self) -> bool:
         """The conversation cost more through the chain than unfiltered."""
         return self.cost > self.unfiltered_cost + 1e-9
@@ -139,6 +150,7 @@ class ReplayResult:
             "evidence_needed": self.evidence_needed,
             "evidence_kept": self.evidence_kept,
             "evidence_share": round(self.evidence_share, 4),
+            "evidence_in_context": self.evidence_in_context,
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -155,6 +167,7 @@ class ReplayResult:
                     "tokens_uncached": s.tokens_uncached,
                     "cached_share": round(s.cached_share, 4),
                     "evidence_lost": list(s.evidence_lost),
+                    "evidence_out_of_context": list(s.evidence_out_of_context),
                     "evidence_share": round(s.evidence_share, 4),
                 }
                 for s in self.steps
@@ -241,6 +254,7 @@ async def replay(
                 unfiltered_cost=plain.cost,
                 evidence_needed=len(evidence.needed) if evidence else 0,
                 evidence_lost=evidence.lost if evidence else (),
+                evidence_out_of_context=evidence.out_of_context if evidence else (),
             )
         )
         previous = keys

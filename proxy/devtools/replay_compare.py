@@ -72,8 +72,12 @@ class ChainFigures:
     """Filtered over unfiltered cost, per pricing model's name."""
     dearer: dict[str, list[str]]
     """The conversations dearer than unfiltered, per pricing model's name."""
+    worst_cost: dict[str, float]
+    """The highest cost ratio of one conversation, per pricing model's name."""
     evidence_kept: int
     evidence_needed: int
+    evidence_in_context: int
+    """Evidence kept in a message the chain left as it was (a notice's facts do not count)."""
     least_evidence: dict[str, Any] | None
     frontier: bool = False
 
@@ -81,15 +85,22 @@ class ChainFigures:
     def evidence_share(self) -> float:
         return self.evidence_kept / self.evidence_needed if self.evidence_needed else 1.0
 
+    @property
+    def in_context_share(self) -> float:
+        return self.evidence_in_context / self.evidence_needed if self.evidence_needed else 1.0
+
     def to_json(self) -> dict[str, Any]:
         return {
             "config": self.name,
             "chain": self.chain,
             "cost_ratio": self.cost_ratio,
             "dearer": self.dearer,
+            "worst_cost": self.worst_cost,
             "evidence_kept": self.evidence_kept,
             "evidence_needed": self.evidence_needed,
             "evidence_share": round(self.evidence_share, 4),
+            "evidence_in_context": self.evidence_in_context,
+            "in_context_share": round(self.in_context_share, 4),
             "least_evidence": self.least_evidence,
             "frontier": self.frontier,
         }
@@ -106,20 +117,22 @@ def figures(name: str, by_pricing: dict[str, dict[str, ReplayResult]]) -> ChainF
         chain=chain,
         cost_ratio={pricing: t["cost_ratio"] for pricing, t in totals.items()},
         dearer={pricing: t["dearer"] for pricing, t in totals.items()},
+        worst_cost={
+            pricing: t["worst"]["cost_ratio"] if t["worst"] else 1.0 for pricing, t in totals.items()
+        },
         evidence_kept=any_totals["evidence_kept"],
         evidence_needed=any_totals["evidence_needed"],
+        evidence_in_context=any_totals["evidence_in_context"],
         least_evidence=any_totals["least_evidence"],
     )
 
 
 def _dominates(a: ChainFigures, b: ChainFigures) -> bool:
-    no_worse = a.evidence_share >= b.evidence_share and all(
-        a.cost_ratio[p] <= b.cost_ratio[p] for p in b.cost_ratio
-    )
-    better = a.evidence_share > b.evidence_share or any(
-        a.cost_ratio[p] < b.cost_ratio[p] for p in b.cost_ratio
-    )
-    return no_worse and better
+    """``a`` costs no more under any pricing and keeps no less evidence (anywhere, and in context),
+    and does strictly better on one of them."""
+    pairs = [(-a.evidence_share, -b.evidence_share), (-a.in_context_share, -b.in_context_share)]
+    pairs += [(a.cost_ratio[p], b.cost_ratio[p]) for p in b.cost_ratio]
+    return all(x <= y for x, y in pairs) and any(x < y for x, y in pairs)
 
 
 def on_frontier(rows: Sequence[ChainFigures]) -> list[ChainFigures]:
@@ -138,9 +151,9 @@ def render_compare(rows: Sequence[ChainFigures], conversations: int) -> str:
     width = max((len(r.name) for r in rows), default=6)
     head = f"{'config':<{width}} " + " ".join(f"{'x ' + p:>10}" for p in pricings)
     lines = [
-        f"{conversations} conversations; cost with caching over unfiltered, evidence kept (SPEC section 9); "
-        "* = on the cost/evidence frontier",
-        f"{head} {'evidence':>17} {'dearer':>6}  least kept",
+        f"{conversations} conversations; cost with caching over unfiltered; evidence kept (SPEC section 9) "
+        "anywhere and in context (in a message left as it was); * = on the cost/evidence frontier",
+        f"  {head} {'evidence':>17} {'in context':>10} {'dearer':>6} {'worst':>7}  least kept",
     ]
     for r in rows:
         costs = " ".join(f"{'x' + format(r.cost_ratio[p], '.3f'):>10}" for p in pricings)
@@ -149,8 +162,12 @@ def render_compare(rows: Sequence[ChainFigures], conversations: int) -> str:
         least = r.least_evidence
         worst = f"{least['file']} {least['evidence_share'] * 100:.0f}%" if least else "-"
         mark = "*" if r.frontier else " "
-        lines.append(f"{r.name:<{width}} {costs} {evidence:>17} {dearer:>6}  {worst} {mark}")
-        lines.append(f"{'':<{width}}   chain: {', '.join(r.chain) or '(none)'}")
+        context = f"{r.in_context_share * 100:.1f}%"
+        dearest = f"x{max(r.worst_cost.values(), default=1.0):.3f}"
+        lines.append(
+            f"{mark} {r.name:<{width}} {costs} {evidence:>17} {context:>10} {dearer:>6} {dearest:>7}  {worst}"
+        )
+        lines.append(f"  {'':<{width}}   chain: {', '.join(r.chain) or '(none)'}")
     return "\n".join(lines)
 
 

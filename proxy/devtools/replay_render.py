@@ -77,6 +77,7 @@ def many_totals(results: dict[str, ReplayResult]) -> dict[str, Any]:
     worst = max(results.items(), key=lambda item: item[1].cost_ratio, default=None)
     needed = sum(r.evidence_needed for r in results.values())
     kept = sum(r.evidence_kept for r in results.values())
+    in_context = sum(r.evidence_in_context for r in results.values())
     least = min(results.items(), key=lambda item: (item[1].evidence_share, item[0]), default=None)
     return {
         "conversations": len(results),
@@ -92,6 +93,8 @@ def many_totals(results: dict[str, ReplayResult]) -> dict[str, Any]:
         "evidence_needed": needed,
         "evidence_kept": kept,
         "evidence_share": round(kept / needed, 4) if needed else 1.0,
+        "evidence_in_context": in_context,
+        "in_context_share": round(in_context / needed, 4) if needed else 1.0,
         "least_evidence": {
             "file": least[0],
             "evidence_share": round(least[1].evidence_share, 4),
