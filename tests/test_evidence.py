@@ -140,7 +140,9 @@ def reference_tool() -> Path | None:
 
 
 REFERENCE = reference_tool()
-needs_reference = pytest.mark.skipif(REFERENCE is None, reason="no ../shared/tools/evidence_kept.py beside the clone")
+needs_reference = pytest.mark.skipif(
+    REFERENCE is None, reason="no ../shared/tools/evidence_kept.py beside the clone"
+)
 
 
 def load_reference() -> ModuleType:
@@ -186,7 +188,9 @@ def test_replay_prints_the_figures_the_reference_measures(tmp_path: Path) -> Non
     assert (venv / "bin" / "history-proxy").exists() or measured.returncode == 0, measured.stderr
     per = json.loads((tmp_path / "ref.json").read_text())["per"]
     config = load_config(DEFAULT_CONFIG)
-    results = replay_files(tool_loops(), lambda: Pipeline(config, TokenCounters()), Identity(role="worker"), None)
+    results = replay_files(
+        tool_loops(), lambda: Pipeline(config, TokenCounters()), Identity(role="worker"), None
+    )
     ours = {name: [r.evidence_needed, r.evidence_kept] for name, r in results.items()}
     assert ours == per
     assert measured.returncode == 0, measured.stdout  # the reference's own verdict on the default chain
