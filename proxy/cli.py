@@ -175,7 +175,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from proxy.core.tokens import TokenCounters
     from proxy.devtools.replay import ReplayError
     from proxy.devtools.replay_compare import chat_bodies, replay_files
-    from proxy.devtools.replay_render import many_totals, render_html, render_many, render_text
+    from proxy.devtools.replay_html import render_html
+    from proxy.devtools.replay_render import many_totals, render_many, render_text
     from proxy.pipeline.run import Pipeline
 
     if args.compare:

@@ -1,4 +1,5 @@
-"""How ``history-proxy replay`` shows what it measured: a table, an HTML chart, and totals over many files.
+"""How ``history-proxy replay`` shows what it measured: a table, and totals over many files (the HTML page:
+``replay_html``).
 
 Costs are in input-token equivalents (one uncached input token = 1.0), so they read beside the token
 counts; ``x0.58`` is the filtered cost over the unfiltered cost of the same requests.
@@ -6,13 +7,12 @@ counts; ``x0.58`` is the filtered cost over the unfiltered cost of the same requ
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 from proxy.devtools.replay import ReplayResult
 
 
-def _pricing_line(result: ReplayResult) -> str:
+def pricing_line(result: ReplayResult) -> str:
     p = result.pricing
     if p is None:
         return "pricing: none"
@@ -46,7 +46,7 @@ def render_text(result: ReplayResult) -> str:
     shadow = ", shadow mode" if result.mode == "shadow" else ""
     lines = [
         f"role {result.role}{shadow}, chain: {', '.join(result.chain) or '(none)'}",
-        _pricing_line(result),
+        pricing_line(result),
     ]
     lines += [
         f"{'req':>4} {'msgs':>5} {'unfiltered':>11} {'sent':>9} {'cached prefix':>14} {'cached %':>9} "
@@ -109,7 +109,7 @@ def many_totals(results: dict[str, ReplayResult]) -> dict[str, Any]:
 def render_many(results: dict[str, ReplayResult]) -> str:
     """One line per conversation, then the totals over all of them."""
     first = next(iter(results.values()))
-    lines = [f"role {first.role}, chain: {', '.join(first.chain) or '(none)'}", _pricing_line(first)]
+    lines = [f"role {first.role}, chain: {', '.join(first.chain) or '(none)'}", pricing_line(first)]
     width = max(len(name) for name in results)
     for name, r in results.items():
         t = r.totals
@@ -131,80 +131,3 @@ def render_many(results: dict[str, ReplayResult]) -> str:
         )
     )
     return "\n".join(lines)
-
-
-_SERIES = (
-    ("tokens_unfiltered", "tokens unfiltered", "#9aa5b1"),
-    ("tokens_sent", "tokens sent", "#1f77b4"),
-    ("tokens_cached_prefix", "cacheable prefix", "#2ca02c"),
-    ("unfiltered_cost", "cost unfiltered", "#ff7f0e"),
-    ("cost", "cost", "#d62728"),
-)
-
-
-def render_html(result: ReplayResult, title: str) -> str:
-    """A self-contained page: an SVG line chart of tokens and costs and the per-request table."""
-    width, height, pad = 900, 360, 50
-    steps = result.steps
-    peak = (
-        max((max(s.tokens_unfiltered, s.tokens_sent, s.unfiltered_cost, s.cost) for s in steps), default=1)
-        or 1
-    )
-    span = max(len(steps) - 1, 1)
-
-    def xy(i: int, value: float) -> tuple[float, float]:
-        return pad + (width - 2 * pad) * i / span, height - pad - (height - 2 * pad) * value / peak
-
-    lines = []
-    for key, label, colour in _SERIES:
-        points = [xy(i, getattr(s, key)) for i, s in enumerate(steps)]
-        path = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
-        dash = ' stroke-dasharray="6 3"' if "cost" in key else ""
-        lines.append(
-            f'<polyline class="series" data-series="{key}" fill="none" stroke="{colour}" stroke-width="2"{dash} '
-            f'points="{path}"><title>{label}</title></polyline>'
-        )
-        if len(points) <= 100:  # dots keep short replays visible (one request draws no line)
-            dots = "".join(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3"/>' for x, y in points)
-            lines.append(f'<g class="dots" data-series="{key}" fill="{colour}">{dots}</g>')
-    peak_label = round(peak)
-    grid = "".join(
-        f'<line x1="{pad}" y1="{y:.1f}" x2="{width - pad}" y2="{y:.1f}" stroke="#e5e5e5"/>'
-        f'<text x="{pad - 6}" y="{y + 4:.1f}" font-size="11" text-anchor="end">{round(peak * q)}</text>'
-        for q in (0.25, 0.5, 0.75)
-        for y in [xy(0, round(peak * q))[1]]
-    )
-    legend = "".join(f'<span style="color:{colour}">&#9632; {label}</span> ' for _, label, colour in _SERIES)
-    axis = (
-        f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="#333"/>'
-        f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="#333"/>'
-        f'<text x="{pad}" y="{pad - 10}" font-size="12">{peak_label} tokens</text>'
-        f'<text x="{width - pad}" y="{height - pad + 20}" font-size="12" text-anchor="end">request {len(steps)}</text>'
-    )
-    rows = "".join(
-        f"<tr><td>{s.request}</td><td>{s.messages}</td><td>{s.tokens_unfiltered}</td><td>{s.tokens_sent}</td>"
-        f"<td>{s.tokens_cached_prefix}</td><td>{s.cached_share * 100:.1f}%</td><td>{s.tokens_cached}</td>"
-        f"<td>{s.tokens_uncached}</td><td>{s.cost:.1f}</td><td>{s.unfiltered_cost:.1f}</td></tr>"
-        for s in steps
-    )
-    t = result.totals
-    flag = ' <b class="dearer">dearer than unfiltered</b>' if result.dearer else ""
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
-<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}
-td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}</style></head>
-<body><h1>{html.escape(title)}</h1>
-<p>role <b>{html.escape(result.role)}</b>{" (shadow mode)" if result.mode == "shadow" else ""},
-chain <b>{html.escape(", ".join(result.chain) or "(none)")}</b>: {t["requests"]} requests,
-{t["tokens_unfiltered"]} tokens unfiltered,
-{t["tokens_sent"]} sent ({t["saved_share"] * 100:.1f}% saved), {t["cached_share"] * 100:.1f}% of sent tokens a
-cacheable prefix.</p>
-<p>{html.escape(_pricing_line(result))}: {html.escape(cost_summary(result))}{flag}
-(costs in uncached input-token equivalents).</p>
-<p>{legend}</p>
-<svg id="chart" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}"
- viewBox="0 0 {width} {height}">{grid}{axis}{"".join(lines)}</svg>
-<table><tr><th>request</th><th>messages sent</th><th>unfiltered</th><th>sent</th><th>cacheable prefix</th>
-<th>cached</th><th>billed cached</th><th>uncached</th><th>cost</th><th>cost unfiltered</th></tr>{rows}</table>
-</body></html>
-"""
