@@ -435,3 +435,25 @@ def screenshot(browser: str, page: Path, tmp_path: Path, height: int) -> Path:
         timeout=90,
     )
     return shot
+
+
+def test_compare_prints_the_frontier_of_several_chains_under_both_pricings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    chains = {}
+    for name, notice in (("lines", "lines"), ("facts", "facts")):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(WORKER_CONFIG.replace("polling: 1}", f"polling: 1, notice: {notice}}}"))
+        chains[name] = str(path)
+    files = [str(CORPUS_DIR / CONVERSATION), str(CORPUS_DIR / "tau-bench-airline-task2-trial1.json")]
+    args = ["replay", *files, "--role", "worker", "--compare", chains["lines"], chains["facts"]]
+    assert main([*args, "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    lines, facts = printed["chains"]
+    assert printed["conversations"] == 2 and set(lines["cost_ratio"]) == {"anthropic", "openai"}
+    assert lines["evidence_share"] < facts["evidence_share"] == 1.0
+    assert facts["frontier"]  # nothing keeps more evidence than all of it
+    assert main(args) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[1].split()[:3] == ["config", "x", "anthropic"]
+    assert any(line.startswith("* ") and "facts.yaml" in line for line in table)
