@@ -79,6 +79,8 @@ def many_totals(results: dict[str, ReplayResult]) -> dict[str, Any]:
     kept = sum(r.evidence_kept for r in results.values())
     in_context = sum(r.evidence_in_context for r in results.values())
     least = min(results.items(), key=lambda item: (item[1].evidence_share, item[0]), default=None)
+    if least is not None and least[1].evidence_share >= 1.0:
+        least = None  # every conversation kept all its evidence
     return {
         "conversations": len(results),
         "requests": sum(len(r.steps) for r in results.values()),
