@@ -22,7 +22,7 @@ from proxy.core.identity import Identity
 from proxy.core.messages import Message
 from proxy.core.tokens import TokenCounters
 from proxy.devtools.replay import replay
-from proxy.devtools.replay_compare import is_tool_loop, replay_files
+from proxy.devtools.replay_compare import chat_bodies, is_tool_loop, replay_files
 from proxy.devtools.replay_render import many_totals
 from proxy.pipeline.run import Pipeline
 from tests.factories import CORPUS_DIR, action, assistant, call, corpus_files, result, system, user
@@ -77,6 +77,9 @@ def test_eliding_the_output_lowers_the_figure_and_its_facts_notice_keeps_it() ->
     assert "HAT1234" not in json.dumps(lines)
     assert measure(prior, answer, lines).lost == ("HAT1234", "credit_card_2929732")
     assert measure(prior, answer, facts).lost == ()
+    # kept, but only in a notice: not in the context the agent read them in
+    assert measure(prior, answer, facts).out_of_context == ("HAT1234", "credit_card_2929732")
+    assert measure(prior, answer, prior).out_of_context == ()
     # ZFA04Y is in the call that asked for it: already in the request, not repeated
     assert "(3 lines omitted; facts: Reservation HAT1234 2024 credit_card_2929732)" in json.dumps(facts)
 
@@ -109,8 +112,14 @@ def test_replay_reports_evidence_per_request_and_in_total() -> None:
 
 
 def tool_loops() -> dict[str, dict[str, Any]]:
+    """Every corpus conversation with a tool loop, as its chat view (a Responses or Messages body too)."""
     bodies = {path.name: json.loads(path.read_text(encoding="utf-8")) for path in corpus_files()}
-    return {name: body for name, body in bodies.items() if is_tool_loop(body.get("messages"), 12)}
+    return chat_bodies(bodies, None, 12)
+
+
+def chat_shaped(body: Any) -> bool:
+    """A chat-completions body as recorded (what the reference measure reads)."""
+    return isinstance(body, dict) and is_tool_loop(body.get("messages"), 12)
 
 
 @pytest.mark.skipif(not CORPUS_DIR.exists(), reason="corpus not available")
@@ -158,7 +167,10 @@ def load_reference() -> ModuleType:
 def test_the_measure_agrees_with_the_reference_on_every_corpus_request() -> None:
     reference = load_reference()
     checked = 0
-    for body in tool_loops().values():
+    for path in corpus_files():
+        body = json.loads(path.read_text(encoding="utf-8"))
+        if not chat_shaped(body):
+            continue
         messages = body["messages"]
         for end in reference.request_ends(messages):
             prior = messages[:end]
@@ -176,21 +188,29 @@ def test_the_measure_agrees_with_the_reference_on_every_corpus_request() -> None
 def test_replay_prints_the_figures_the_reference_measures(tmp_path: Path) -> None:
     assert REFERENCE is not None
     venv = Path(sys.executable).parent.parent
+    if not (venv / "bin" / "history-proxy").exists():
+        pytest.skip(f"no history-proxy script in {venv} for the reference measure to run")
+    corpus = tmp_path / "corpus"  # the chat-completions files, the ones the reference reads
+    corpus.mkdir()
+    chat = {}
+    for path in corpus_files():
+        body = json.loads(path.read_text(encoding="utf-8"))
+        if chat_shaped(body):
+            (corpus / path.name).write_text(json.dumps(body), encoding="utf-8")
+            chat[path.name] = body
     env = {"PROJECT": str(REPO), "HP_VENV": str(venv), "PATH": "/usr/bin:/bin"}
     measured = subprocess.run(
-        [sys.executable, str(REFERENCE), str(CORPUS_DIR), "--json", str(tmp_path / "ref.json")],
+        [sys.executable, str(REFERENCE), str(corpus), "--json", str(tmp_path / "ref.json")],
         capture_output=True,
         text=True,
         timeout=600,
         env=env,
         check=False,
     )
-    assert (venv / "bin" / "history-proxy").exists() or measured.returncode == 0, measured.stderr
+    assert (tmp_path / "ref.json").exists(), measured.stdout + measured.stderr
     per = json.loads((tmp_path / "ref.json").read_text())["per"]
     config = load_config(DEFAULT_CONFIG)
-    results = replay_files(
-        tool_loops(), lambda: Pipeline(config, TokenCounters()), Identity(role="worker"), None
-    )
+    results = replay_files(chat, lambda: Pipeline(config, TokenCounters()), Identity(role="worker"), None)
     ours = {name: [r.evidence_needed, r.evidence_kept] for name, r in results.items()}
     assert ours == per
     assert measured.returncode == 0, measured.stdout  # the reference's own verdict on the default chain

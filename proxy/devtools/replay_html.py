@@ -158,7 +158,7 @@ def render_html(result: ReplayResult, title: str) -> str:
     legend = "".join(
         f'<span style="color:{colour}">&#9632; {label}</span> ' for _, label, colour, _ in _SERIES
     )
-    evidence = evidence_summary(result.evidence_kept, result.evidence_needed)
+    evidence = evidence_summary(result.evidence_kept, result.evidence_needed, result.evidence_in_context)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}

@@ -30,10 +30,13 @@ def cost_summary(result: ReplayResult) -> str:
     )
 
 
-def evidence_summary(kept: int, needed: int) -> str:
-    """``evidence kept 97.5% (39/40)``."""
+def evidence_summary(kept: int, needed: int, in_context: int | None = None) -> str:
+    """``evidence kept 97.5% (39/40)``, then ``, 85.0% in context`` when given."""
     share = kept / needed if needed else 1.0
-    return f"evidence kept {share * 100:.1f}% ({kept}/{needed})"
+    context = (
+        "" if in_context is None else f", {(in_context / needed if needed else 1.0) * 100:.1f}% in context"
+    )
+    return f"evidence kept {share * 100:.1f}% ({kept}/{needed}){context}"
 
 
 def _lost(tokens: tuple[str, ...], most: int = 4) -> str:
@@ -65,7 +68,7 @@ def render_text(result: ReplayResult) -> str:
         f"({t['saved_share'] * 100:.1f}% saved), {t['tokens_cached_prefix']} a cacheable prefix "
         f"({t['cached_share'] * 100:.1f}% of sent), {t['tokens_cached']} billed cached, "
         f"{t['tokens_uncached']} uncached; {cost_summary(result)}; "
-        f"{evidence_summary(result.evidence_kept, result.evidence_needed)}"
+        f"{evidence_summary(result.evidence_kept, result.evidence_needed, result.evidence_in_context)}"
     )
     return "\n".join(lines)
 
@@ -125,7 +128,7 @@ def render_many(results: dict[str, ReplayResult]) -> str:
         f"unfiltered, {t['tokens_sent']} sent; cost {t['cost']:.1f} vs {t['unfiltered_cost']:.1f} unfiltered "
         f"(x{t['cost_ratio']:.3f}); {len(t['dearer'])} dearer than unfiltered"
         + (f" (worst x{t['worst']['cost_ratio']:.3f}: {t['worst']['file']})" if t["worst"] else "")
-        + f"; {evidence_summary(t['evidence_kept'], t['evidence_needed'])}"
+        + f"; {evidence_summary(t['evidence_kept'], t['evidence_needed'], t['evidence_in_context'])}"
         + (
             f" (least {t['least_evidence']['evidence_share'] * 100:.1f}%: {t['least_evidence']['file']})"
             if t["least_evidence"]
