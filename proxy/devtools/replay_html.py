@@ -31,7 +31,7 @@ _SERIES: tuple[tuple[str, str, str, Callable[[ReplayStep], float]], ...] = (
     ),
     ("cost", "cost", "#d62728", lambda s: _share(s.cost, s.unfiltered_cost)),
 )
-KEPT, LOST = "#2ca02c", "#d62728"
+KEPT, NOTICE, LOST = "#2ca02c", "#b5e3a8", "#d62728"
 
 
 def _share(part: float, whole: float) -> float:
@@ -114,24 +114,39 @@ def _cost_chart(steps: list[ReplayStep]) -> str:
 
 def _lost_title(s: ReplayStep) -> str:
     lost = " ".join(s.evidence_lost) or "nothing"
-    return html.escape(f"request {s.request}: {s.evidence_kept} of {s.evidence_needed} kept; lost: {lost}")
+    outside = (
+        f"; only in a notice: {' '.join(s.evidence_out_of_context)}" if s.evidence_out_of_context else ""
+    )
+    return html.escape(
+        f"request {s.request}: {s.evidence_kept} of {s.evidence_needed} kept; lost: {lost}{outside}"
+    )
+
+
+def _evidence_bar(axes: _Axes, s: ReplayStep, width: float) -> str:
+    """A stacked bar, bottom up: evidence in context, kept only in a notice, lost."""
+    x = axes.x(s.request) - width / 2
+    shares = [
+        (s.evidence_in_context / s.evidence_needed, KEPT),
+        (len(s.evidence_out_of_context) / s.evidence_needed, NOTICE),
+        (len(s.evidence_lost) / s.evidence_needed, LOST),
+    ]
+    rects, base = [], 0.0
+    for share, colour in shares:
+        if share > 0:
+            top, bottom = axes.y(base + share), axes.y(base)
+            rects.append(
+                f'<rect x="{x:.1f}" y="{top:.1f}" width="{width:.1f}" height="{bottom - top:.1f}" fill="{colour}"/>'
+            )
+        base += share
+    title = f"<title>{_lost_title(s)}</title>"
+    return f'<g class="evidence" data-request="{s.request}">{title}{"".join(rects)}</g>'
 
 
 def _evidence_chart(steps: list[ReplayStep]) -> str:
     axes = _Axes(len(steps), 1.0, EVIDENCE_HEIGHT)
     slot = (WIDTH - 2 * PAD) / max(len(steps), 1)
     bar = max(1.0, min(14.0, slot * 0.7))
-    bars = []
-    for s in steps:
-        if not s.evidence_needed:
-            continue
-        x, share = axes.x(s.request) - bar / 2, s.evidence_share
-        kept_top, base, full = axes.y(share), axes.y(0.0), axes.y(1.0)
-        bars.append(
-            f'<g class="evidence" data-request="{s.request}"><title>{_lost_title(s)}</title>'
-            f'<rect x="{x:.1f}" y="{full:.1f}" width="{bar:.1f}" height="{kept_top - full:.1f}" fill="{LOST}"/>'
-            f'<rect x="{x:.1f}" y="{kept_top:.1f}" width="{bar:.1f}" height="{base - kept_top:.1f}" fill="{KEPT}"/></g>'
-        )
+    bars = [_evidence_bar(axes, s, bar) for s in steps if s.evidence_needed]
     return (
         f'<svg id="evidence" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{EVIDENCE_HEIGHT}" '
         f'viewBox="0 0 {WIDTH} {EVIDENCE_HEIGHT}">'
@@ -174,8 +189,9 @@ cacheable prefix.</p>
 (costs in uncached input-token equivalents); {html.escape(evidence)}.</p>
 <p>{legend}</p>
 {_cost_chart(steps)}
-<p><span style="color:{KEPT}">&#9632; evidence kept</span> <span style="color:{LOST}">&#9632; lost</span>
-(hover a bar for the tokens lost)</p>
+<p><span style="color:{KEPT}">&#9632; evidence kept in context</span>
+<span style="color:{NOTICE}">&#9632; kept only in a notice</span> <span style="color:{LOST}">&#9632; lost</span>
+(hover a bar for the tokens)</p>
 {_evidence_chart(steps)}
 <table><tr><th>request</th><th>messages sent</th><th>unfiltered</th><th>sent</th><th>cacheable prefix</th>
 <th>cached</th><th>billed cached</th><th>uncached</th><th>cost</th><th>cost unfiltered</th><th>evidence kept</th>
