@@ -15,7 +15,8 @@ kept prefix stays byte-identical between advances (prompt-cache friendly).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import bisect
+from collections.abc import Callable, Sequence
 
 from proxy.core.evidence import DISTINCTIVE, message_text
 from proxy.core.messages import Message
@@ -78,3 +79,24 @@ def with_facts(notice: str, facts: Sequence[str]) -> str:
         return notice
     head, _, tail = notice.partition(")")
     return f"{head}; {FACTS_LABEL}{' '.join(facts)}){tail}"
+
+
+def quoted_by_recent_steps(
+    messages: Sequence[Message], outputs: Sequence[int], memo: FactsMemo, recent: int
+) -> Callable[[int, int], bool]:
+    """``quoted(k, end)``: whether one of the ``recent`` newest assistant messages before ``end`` quotes a
+    fact of the output at ``outputs[k]`` (a distinctive token of it that no message before it holds)."""
+    facts = new_facts(messages, outputs, memo)
+    owner = {token: k for k, i in enumerate(outputs) for token in facts[i]}
+    steps: list[int] = []  # the assistant messages, in order
+    quotes: list[set[int]] = []  # for each, the outputs whose facts it quotes
+    for i, message in enumerate(messages):
+        if message.get("role") == "assistant":
+            steps.append(i)
+            quotes.append({owner[t] for t in memo.tokens(message_text(message)) if t in owner})
+
+    def quoted(k: int, end: int) -> bool:
+        last = bisect.bisect_left(steps, end)
+        return any(k in quotes[j] for j in range(max(0, last - recent), last))
+
+    return quoted
