@@ -82,11 +82,16 @@ def with_facts(notice: str, facts: Sequence[str]) -> str:
 
 
 def quoted_by_recent_steps(
-    messages: Sequence[Message], outputs: Sequence[int], memo: FactsMemo, recent: int
+    messages: Sequence[Message],
+    outputs: Sequence[int],
+    memo: FactsMemo,
+    recent: int,
+    facts: dict[int, list[str]] | None = None,
 ) -> Callable[[int, int], bool]:
     """``quoted(k, end)``: whether one of the ``recent`` newest assistant messages before ``end`` quotes a
-    fact of the output at ``outputs[k]`` (a distinctive token of it that no message before it holds)."""
-    facts = new_facts(messages, outputs, memo)
+    fact of the output at ``outputs[k]`` (a distinctive token of it that no message before it holds);
+    ``facts``: :func:`new_facts` of those outputs, when already known."""
+    facts = facts if facts is not None else new_facts(messages, outputs, memo)
     owner = {token: k for k, i in enumerate(outputs) for token in facts[i]}
     steps: list[int] = []  # the assistant messages, in order
     quotes: list[set[int]] = []  # for each, the outputs whose facts it quotes

@@ -251,7 +251,7 @@ class LastNObservations(Filter):
             return available - n  # every observation but the first and the newest n
 
         keep = (
-            quoted_by_recent_steps(messages, positions[1:], self.private("_facts"), self.keep_quoted)
+            quoted_by_recent_steps(messages, positions[1:], self.private("_facts"), self.keep_quoted, facts)
             if self.keep_quoted
             else None
         )
