@@ -14,6 +14,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -162,65 +163,35 @@ def cmd_preview(args: argparse.Namespace) -> int:
 
 def _pricing(value: str | None) -> Pricing | None:
     """``--pricing``: a preset name, or a YAML/JSON file holding a pricing mapping."""
-    import yaml
-    from pydantic import ValidationError
+    from proxy.config.pricing import pricing_option
 
-    from proxy.config.pricing import PricingConfig
-
-    if value is None:
-        return None
-    if value in ("openai", "anthropic"):
-        return PricingConfig.model_validate(value).pricing()
     try:
-        data = yaml.safe_load(Path(value).read_text(encoding="utf-8"))
-        return PricingConfig.model_validate(data).pricing()
-    except OSError as exc:
-        raise CommandError(
-            f"--pricing {value}: not a preset (openai, anthropic) nor a readable file: {exc.strerror or exc}"
-        ) from None
-    except (yaml.YAMLError, ValidationError) as exc:
-        raise CommandError(f"--pricing {value}: not a pricing mapping: {exc}".splitlines()[0]) from None
-
-
-def _is_tool_loop(messages: Any, least: int) -> bool:
-    """A conversation of at least ``least`` messages in which the model called a tool."""
-    return (
-        isinstance(messages, list)
-        and len(messages) >= least
-        and any(isinstance(m, dict) and m.get("tool_calls") for m in messages)
-    )
+        return pricing_option(value) if value is not None else None
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from proxy.core.tokens import TokenCounters
-    from proxy.devtools.replay import ReplayResult, replay
-    from proxy.devtools.replay_render import many_totals, render_html, render_many, render_text
-    from proxy.errors import ProxyError
+    from proxy.devtools.replay import ReplayError
+    from proxy.devtools.replay_compare import chat_bodies, replay_files
+    from proxy.devtools.replay_html import render_html
+    from proxy.devtools.replay_render import many_totals, render_many, render_text
     from proxy.pipeline.run import Pipeline
-    from proxy.surfaces.shape import as_chat, surface_named
 
+    if args.compare:
+        return _compare(args)
     config = _load(args.config)
-    pricing = _pricing(args.pricing)
-    identity = _caller(args, config)
     if args.html and len(args.file) > 1:
         raise CommandError("--html draws one conversation: give one FILE")
-    results: dict[str, ReplayResult] = {}
     tokens = TokenCounters()
-    for file in args.file:
-        body = _read_body(file)
-        try:  # a Responses or Messages body replays as its view
-            body = as_chat(surface_named(args.api, body), body)
-        except ProxyError as exc:
-            raise CommandError(f"{file}: {exc.message}") from None
-        messages = body.get("messages") if isinstance(body, dict) else None
-        if args.tool_loops and not _is_tool_loop(messages, args.tool_loops):
-            continue
-        try:
-            results[file] = asyncio.run(replay(Pipeline(config, tokens), body, identity, pricing))
-        except ValueError as exc:
-            raise CommandError(f"{file}: {exc}") from None
-        except ProxyError as exc:
-            raise CommandError(f"{file}: the proxy would answer {exc.status_code}: {exc.message}") from None
+    try:
+        bodies = chat_bodies({file: _read_body(file) for file in args.file}, args.api, args.tool_loops)
+        results = replay_files(
+            bodies, lambda: Pipeline(config, tokens), _caller(args, config), _pricing(args.pricing)
+        )
+    except ReplayError as exc:
+        raise CommandError(str(exc)) from None
     if not results:
         raise CommandError(f"no tool loop of {args.tool_loops} messages or more among the files")
     if len(args.file) > 1:
@@ -232,7 +203,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return 0
     result = next(iter(results.values()))
     if args.html:
-        title = f"history-proxy replay: {Path(args.file[0]).name}, role {identity.role}"
+        title = f"history-proxy replay: {Path(args.file[0]).name}, role {result.role}"
         try:
             Path(args.html).write_text(render_html(result, title), encoding="utf-8")
         except OSError as exc:
@@ -240,6 +211,29 @@ def cmd_replay(args: argparse.Namespace) -> int:
     print(json.dumps(result.to_json(), indent=2) if args.json else render_text(result))
     if args.html:
         print(f"wrote {args.html}", file=sys.stderr)
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    """``replay --compare CONFIG...``: every chain on the same conversations, under both pricings."""
+    from proxy.core.tokens import TokenCounters
+    from proxy.devtools.replay import ReplayError
+    from proxy.devtools.replay_compare import chat_bodies, compare, render_compare
+    from proxy.pipeline.run import Pipeline
+
+    def chain(path: str) -> tuple[Callable[[], Pipeline], Identity]:
+        config = _load(path)
+        return (lambda: Pipeline(config, TokenCounters())), _caller(args, config)
+
+    try:
+        bodies = chat_bodies({file: _read_body(file) for file in args.file}, args.api, args.tool_loops)
+        rows = compare(bodies, {path: chain(path) for path in args.compare}, _pricing(args.pricing))
+    except ReplayError as exc:
+        raise CommandError(str(exc)) from None
+    if args.json:
+        print(json.dumps({"conversations": len(bodies), "chains": [r.to_json() for r in rows]}, indent=2))
+    else:
+        print(render_compare(rows, len(bodies)))
     return 0
 
 
@@ -350,6 +344,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_caller_options(replay_)
     replay_.add_argument("--html", metavar="OUT", help="also write a self-contained HTML page with a chart")
+    replay_.add_argument(
+        "--compare",
+        nargs="+",
+        metavar="CONFIG",
+        help="replay the files through each config's chain and print the cost/evidence frontier",
+    )
     replay_.add_argument(
         "--json", action="store_true", help="print JSON (steps and totals) instead of a table"
     )

@@ -121,8 +121,10 @@ FILTER_MODULES = sorted(m for m in MODULES if m.startswith("proxy.filters"))
 
 @pytest.mark.parametrize("module", FILTER_MODULES)
 def test_filters_import_only_the_stdlib_pydantic_and_the_message_helpers(module: str) -> None:
-    # core.cost and core.windows: prompt-cache prices and context windows (leaves, pure arithmetic)
+    # core.cost and core.windows: prompt-cache prices and context windows (leaves, pure arithmetic);
+    # core.evidence: what a distinctive token is (SPEC section 9; a regex over message text)
     allowed_proxy = {
+        "proxy.core.evidence",
         "proxy.core.messages",
         "proxy.core.invariants",
         "proxy.core.tokens",

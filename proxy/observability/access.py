@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.core.identity import Identity
+from proxy.core.refetch import refetch_count
 from proxy.core.usage import CacheUsage
 from proxy.observability.logs import redact
 from proxy.pipeline.run import PipelineResult
@@ -72,6 +73,7 @@ _NO_RESULT: dict[str, Any] = dict.fromkeys(
         "limit",
         "failed_filter",
         "notes",
+        "refetches",
         "broken",
     )
 )
@@ -171,6 +173,7 @@ class Exchange:
             fields["limit"] = report.get("limit")
             fields["failed_filter"] = result.failed_filter
             fields["notes"] = report.get("notes")
+            fields["refetches"] = refetch_count(report.get("notes"))
             fields["broken"] = self.broken
         usage = self.usage
         fields["upstream_input_tokens"] = usage.input_tokens if usage else None

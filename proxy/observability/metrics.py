@@ -36,6 +36,7 @@ from proxy.core.identity import Identity
 from proxy.filters import FILTER_TYPES
 from proxy.observability.access import Exchange, access_log, request_id_for
 from proxy.observability.logs import JsonMessage
+from proxy.observability.refetch import observe_refetches, refetch_counter
 
 __all__ = [
     "Exchange",
@@ -236,6 +237,7 @@ class Metrics:
             ["upstream"],
             registry=self.registry,
         )
+        self.refetches = refetch_counter(self.registry)
         self.streams_in_flight = Gauge(
             "history_proxy_streams_in_flight",
             "Upstream answers to stream: true requests being relayed right now.",
@@ -268,6 +270,7 @@ class Metrics:
             return
         if result.mode == "shadow":
             self._shadow_requests(role).inc()
+        observe_refetches(self.refetches, result.report, role)
         for outcome in result.report.get("filters", ()):
             kind = self.filter_label(outcome["type"])
             removed = outcome["tokens_removed"]

@@ -9,8 +9,7 @@ reported the same way, but the body to forward keeps the original messages, and 
 reported instead of failing the request.
 
 Per request, every message object is counted once (``TokenCounters.for_request``, shared with the
-filters through their context), so the counts between filters cost only what a filter changed.
-"""
+filters), so the counts between filters cost only what a filter changed. Re-fetches are noted."""
 
 from __future__ import annotations
 
@@ -28,6 +27,7 @@ from proxy.core.cost import Pricing
 from proxy.core.identity import Identity
 from proxy.core.invariants import invariant_errors, invariants_hold
 from proxy.core.messages import Message, NotApplicable, strip_annotations
+from proxy.core.refetch import refetch_notes
 from proxy.core.tokens import TokenCounter, TokenCounters
 from proxy.core.validation import check_messages, message_list, request_messages
 from proxy.core.windows import output_reserve, window_of
@@ -252,6 +252,8 @@ class Pipeline:
 
         if failed is not None:
             messages, outcomes = original, []
+        elif mode != "shadow":  # a re-fetch of an output this chain hid (SPEC section 9)
+            ctx.notes.extend(refetch_notes(original, messages))
         forwarded = strip_annotations(messages)
         slot = self.config.cache_control
         target = self.config.upstreams.get(upstream or "")
