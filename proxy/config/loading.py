@@ -12,12 +12,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from proxy.config.models import DEFAULT_CONFIG_PATH, Config
 from proxy.config.policies import POLICY_FORMS
+from proxy.config.yaml_source import YamlError, read_yaml
 from proxy.filters import FILTER_TYPES
 
 
@@ -135,7 +135,8 @@ def parse_config(raw: Any, env: dict[str, str] | None = None, source: str = "con
     if errors:
         raise ConfigError(errors, source)
     try:
-        return Config.model_validate(data)
+        names = list(data["upstreams"]) if isinstance(data.get("upstreams"), dict) else []
+        return Config.model_validate(data, context={"upstream_names": names})
     except ValidationError as exc:
         raise ConfigError(validation_errors(exc, data), source) from None
 
@@ -148,11 +149,9 @@ def load_config(path: str | Path | None = None, env: dict[str, str] | None = Non
     except OSError as exc:
         raise ConfigError([f"cannot read: {exc.strerror or exc}"], str(file)) from None
     try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "(yaml)"
-        raise ConfigError([f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}"], str(file)) from None
+        raw = read_yaml(text)
+    except YamlError as exc:
+        raise ConfigError(exc.errors, str(file)) from None
     return parse_config(raw, env, str(file))
 
 

@@ -36,6 +36,7 @@ from proxy.core.identity import Identity
 from proxy.filters import FILTER_TYPES
 from proxy.observability.access import Exchange, access_log, request_id_for
 from proxy.observability.logs import JsonMessage
+from proxy.observability.role_hints import RoleHints
 
 __all__ = [
     "Exchange",
@@ -119,6 +120,7 @@ class Metrics:
             buckets=OVERHEAD_BUCKETS,
             registry=self.registry,
         )
+        self.role_hints = RoleHints(self.registry)
         self._add_summary_collectors()
         self._add_report_collectors(config)
         self._requests = Children(self.requests)
@@ -327,6 +329,7 @@ class Metrics:
         role = self.role_label(exchange.identity.role if exchange.identity else None)
         upstream = self.upstream_label(exchange.upstream)
         self._requests(role, upstream, str(exchange.status)).inc()
+        self.role_hints.observe(exchange.identity)
         result = exchange.result
         if result is not None and exchange.upstream is not None:  # previews are not traffic
             self._tokens_before(role).observe(result.tokens_before)
