@@ -124,7 +124,7 @@ async def test_a_mistyped_role_is_served_by_the_default_chain_and_says_so() -> N
 
 
 async def test_a_role_in_other_case_runs_that_roles_chain_with_a_note() -> None:
-    answer, metrics = await ask_as("Worker", "/v1/history/preview")
+    answer, _ = await ask_as("Worker", "/v1/history/preview")
     report = answer.json()["report"]
     assert report["role"] == "worker"
     assert "worker_view" in report["chain"]
