@@ -1,4 +1,4 @@
-# history-proxy: `make run` serves the proxy on config/default.yaml, `make test` runs every test.
+# history-proxy: `make run` serves the proxy on config/default.yaml (`make run PORT=9000`), `make test` runs every test.
 # Both create .venv on first use; later runs reinstall only when pyproject.toml changed.
 
 PYTHON ?= python3
@@ -14,6 +14,7 @@ run: $(VENV)/.installed-test
 	$(BIN)/history-proxy serve --host $(HOST) --port $(PORT) $(ARGS)
 
 test: $(VENV)/.installed-test
+	@echo "make test: pytest over tests/ in .venv; the optional parts it builds or skips are listed below"
 	$(BIN)/python -m pytest $(ARGS)
 
 lint: $(VENV)/.installed-dev
@@ -21,7 +22,7 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/ruff format --check proxy tests bench scripts
 	$(BIN)/mypy
 
-readme:
+readme:  # the filter tables of README.md and docs/filters/README.md, from docs/filters/<type>.md
 	python3 scripts/build_readme.py
 
 install: $(VENV)/.installed-test
