@@ -8,7 +8,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8080
 ARGS ?=
 
-.PHONY: run test lint readme install install-dev clean
+.PHONY: run test lint readme docs-figures install install-dev clean
 
 run: $(VENV)/.installed-test
 	$(BIN)/history-proxy serve --host $(HOST) --port $(PORT) $(ARGS)
@@ -21,6 +21,9 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check proxy tests bench scripts
 	$(BIN)/ruff format --check proxy tests bench scripts
 	$(BIN)/mypy
+
+docs-figures:  # the figures docs/ quotes, computed again (tests/test_docs.py fails when they drift)
+	$(BIN)/python scripts/docs_figures.py
 
 readme:  # the filter tables of README.md and docs/filters/README.md, from docs/filters/<type>.md
 	python3 scripts/build_readme.py

@@ -77,6 +77,11 @@ def test_filter_indexes_match_docs_filters() -> None:
     assert script["main"](["--check"]) == 0, "run: make readme"
 
 
+def test_figures_quoted_in_the_docs_are_what_the_code_computes() -> None:
+    script = runpy.run_path(str(ROOT / "scripts" / "docs_figures.py"))
+    assert script["main"](["--check"]) == 0, "run: make docs-figures"
+
+
 def test_every_filter_type_has_its_page_and_a_row_in_the_readme() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     for name in FILTER_TYPES:
