@@ -13,6 +13,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from scripts.generated_pages import write_or_check  # noqa: E402
+
 README = ROOT / "README.md"
 DOCS = ROOT / "docs" / "filters"
 INDEX = DOCS / "README.md"
@@ -92,16 +96,7 @@ def rendered_index() -> str:
 
 def main(argv: list[str]) -> int:
     wanted = {README: rendered_readme(README.read_text(encoding="utf-8")), INDEX: rendered_index()}
-    stale = [
-        path for path, text in wanted.items() if not path.exists() or path.read_text(encoding="utf-8") != text
-    ]
-    if "--check" in argv:
-        for path in stale:
-            print(f"{path.relative_to(ROOT)} is out of date: run make readme", file=sys.stderr)
-        return 1 if stale else 0
-    for path in stale:
-        path.write_text(wanted[path], encoding="utf-8")
-    return 0
+    return write_or_check(wanted, argv, "make readme")
 
 
 if __name__ == "__main__":

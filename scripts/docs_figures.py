@@ -23,6 +23,7 @@ from proxy.core.identity import Identity  # noqa: E402
 from proxy.core.tokens import TokenCounters  # noqa: E402
 from proxy.pipeline.run import Pipeline  # noqa: E402
 from proxy.surfaces.shape import preview  # noqa: E402
+from scripts.generated_pages import write_or_check  # noqa: E402
 
 PAGE = ROOT / "docs" / "observability.md"
 CONVERSATION = ROOT / "tests" / "corpus" / "swe-agent-marshmallow-1867-fc.json"
@@ -74,13 +75,7 @@ def main(argv: list[str]) -> int:
         raise SystemExit(f"{PAGE.name}: no token report block after the preview command")
     timings = [f["ms"] for f in json.loads(match.group(1))["filters"]]
     wanted = page[: match.start(1)] + rendered(report(), timings) + page[match.end(1) :]
-    if "--check" in argv:
-        if wanted != page:
-            print(f"{PAGE.relative_to(ROOT)}: figures drifted: run make docs-figures", file=sys.stderr)
-            return 1
-        return 0
-    PAGE.write_text(wanted, encoding="utf-8")
-    return 0
+    return write_or_check({PAGE: wanted}, argv, "make docs-figures")
 
 
 if __name__ == "__main__":

@@ -70,8 +70,8 @@ def read_header(headers: Mapping[str, str], name: str) -> str | None:
     """An identity header's value, stripped; None when absent or blank.
 
     Any printable text up to :data:`MAX_HEADER_VALUE` characters is valid (``Senior Researcher
-    (weather, EU)``, ``coder#1``, ``Weather agent!``), compared case-sensitively as sent; control
-    characters or a longer value are a 400 naming the header.
+    (weather, EU)``, ``coder#1``, ``Weather agent!``), returned as sent (:func:`match_role` reads a
+    role); control characters or a longer value are a 400 naming the header.
     """
     value = headers.get(name.lower())
     if value is None:
