@@ -1,14 +1,18 @@
 """Write the figures the docs quote from what the code computes now (`make docs-figures`).
 
-Today: the token report of docs/observability.md (the default config's worker chain on the
-SWE-agent conversation of the corpus, as `history-proxy preview --role worker --agent coder-1` prints
-it). Usage: python scripts/docs_figures.py [--check]; with --check it writes nothing and exits 1 when a
+Today, from docs/observability.md: the token report (the default config's worker chain on the SWE-agent
+conversation of the corpus, as `history-proxy preview --role worker --agent coder-1` prints it) and the
+replay table of the same conversation (`history-proxy replay --role worker`, abridged).
+
+Usage: python scripts/docs_figures.py [--check]; with --check it writes nothing and exits 1 when a
 figure drifted (tests/test_docs.py runs the check). Timings (``ms``) are not figures: they are kept.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import json
 import re
 import sys
@@ -18,6 +22,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from proxy.cli import main as cli  # noqa: E402
 from proxy.config.loading import load_config  # noqa: E402
 from proxy.core.identity import Identity  # noqa: E402
 from proxy.core.tokens import TokenCounters  # noqa: E402
@@ -29,6 +34,10 @@ PAGE = ROOT / "docs" / "observability.md"
 CONVERSATION = ROOT / "tests" / "corpus" / "swe-agent-marshmallow-1867-fc.json"
 AFTER = "history-proxy preview --role worker --agent coder-1 conversation.json | jq .report\n```\n\n"
 BLOCK = re.compile(re.escape(AFTER) + r"```json\n(.*?)```", re.DOTALL)
+REPLAY = "history-proxy replay --role worker conversation.json"
+REPLAY_BLOCK = re.compile(re.escape(REPLAY + "\n```\n\n") + r"```text\n(.*?)```", re.DOTALL)
+KEPT_ROWS = 3
+"""The replay table shows its first and last rows this many each, with `...` between."""
 
 
 def report() -> dict[str, Any]:
@@ -74,8 +83,35 @@ def main(argv: list[str]) -> int:
     if match is None:
         raise SystemExit(f"{PAGE.name}: no token report block after the preview command")
     timings = [f["ms"] for f in json.loads(match.group(1))["filters"]]
-    wanted = page[: match.start(1)] + rendered(report(), timings) + page[match.end(1) :]
-    return write_or_check({PAGE: wanted}, argv, "make docs-figures")
+    page = page[: match.start(1)] + rendered(report(), timings) + page[match.end(1) :]
+    table = REPLAY_BLOCK.search(page)
+    if table is None:
+        raise SystemExit(f"{PAGE.name}: no replay table after `{REPLAY}`")
+    page = page[: table.start(1)] + replay_table() + page[table.end(1) :]
+    return write_or_check({PAGE: page}, argv, "make docs-figures")
+
+
+def replay_table() -> str:
+    """`history-proxy replay --role worker` of the conversation, its middle rows abridged."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status = cli(
+            [
+                "replay",
+                "--role",
+                "worker",
+                "--config",
+                str(ROOT / "config" / "default.yaml"),
+                str(CONVERSATION),
+            ]
+        )
+    if status != 0:
+        raise SystemExit("history-proxy replay failed")
+    lines = out.getvalue().splitlines()
+    head, rows, total = lines[:3], lines[3:-1], lines[-1]
+    if len(rows) > 2 * KEPT_ROWS:
+        rows = [*rows[:KEPT_ROWS], " ...", *rows[-KEPT_ROWS:]]
+    return "\n".join([*head, *rows, total]) + "\n"
 
 
 if __name__ == "__main__":
