@@ -118,3 +118,33 @@ def test_preview_and_replay_print_the_note_of_a_mistyped_role(
     status, out, _ = run(capsys, "replay", "--role", "WORKER", str(body))
     assert status == 0 and out.startswith("note: identity:role_matched:WORKER\n")
     assert "role worker" in out
+
+
+def test_make_test_names_the_optional_parts_it_builds_or_skips(
+    pytestconfig: pytest.Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.conftest import pytest_report_header
+
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    text = "\n".join(pytest_report_header(pytestconfig))
+    assert "optional parts: frameworks tests:" in text
+    assert "optional parts: chromium: not installed: the replay page's screenshot test skips" in text
+    assert "optional parts: redis-server: not installed: the shared-summaries tests skip" in text
+
+
+@pytest.mark.anyio
+async def test_a_responses_body_sent_to_chat_completions_is_told_where_it_belongs() -> None:
+    import httpx
+
+    from proxy.server.app import create_app
+
+    app = create_app(load_config(packaged_config(), env={}))
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy") as client,
+    ):
+        answer = await client.post("/v1/chat/completions", json={"model": "gpt-4o-mini", "input": "Hello"})
+    assert answer.status_code == 400
+    assert answer.json()["error"]["message"] == (
+        "'messages' is required; a body with 'input' is a Responses API request (POST /v1/responses)"
+    )

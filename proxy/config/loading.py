@@ -118,10 +118,20 @@ def _format_message(error: ErrorDetails) -> str:
     return message.removeprefix("Value error, ")
 
 
+_FIELD_PROBLEM = re.compile(r"^([A-Za-z_]\w*): (must be [^;]*)$")
+"""A mapping's message about one of its keys (``n: must be a number, not true``), located at the key."""
+
+
+def _located_line(loc: str, message: str) -> str:
+    field = _FIELD_PROBLEM.match(message)
+    return f"{loc}.{field.group(1)}: {field.group(2)}" if field else f"{loc}: {message}"
+
+
 def validation_errors(exc: ValidationError, raw: Any) -> list[str]:
     """pydantic's errors as ``location: message`` lines (never the offending values)."""
     return [
-        f"{_format_loc(tuple(e['loc']), raw)}: {_format_message(e)}" for e in exc.errors(include_input=False)
+        _located_line(_format_loc(tuple(e["loc"]), raw), _format_message(e))
+        for e in exc.errors(include_input=False)
     ]
 
 
