@@ -30,8 +30,8 @@ CONFIG_DEFAULTS = f"${CONFIG_ENV}, else ./config/default.yaml, else the packaged
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    config, _ = load(args.path)
-    print(summary(config))
+    config, path = load(args.path)
+    print(summary(config) if args.path else f"{path}: {summary(config)}")
     return 0
 
 
@@ -255,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     init.set_defaults(handler=cmd_init)
 
     check = commands.add_parser("check", help="validate a config file", description="Validate a config file.")
-    check.add_argument("path", metavar="PATH", help="config file")
+    check.add_argument("path", nargs="?", metavar="PATH", help=f"config file (default: {CONFIG_DEFAULTS})")
     check.set_defaults(handler=cmd_check)
 
     preview = commands.add_parser(

@@ -148,3 +148,12 @@ async def test_a_responses_body_sent_to_chat_completions_is_told_where_it_belong
     assert answer.json()["error"]["message"] == (
         "'messages' is required; a body with 'input' is a Responses API request (POST /v1/responses)"
     )
+
+
+def test_check_without_a_path_checks_the_config_serve_would_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(CONFIG_ENV, raising=False)
+    status, out, _ = run(capsys, "check")
+    assert status == 0 and out.startswith(f"{packaged_config()}: ok: ")
