@@ -11,7 +11,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 RUN useradd --create-home --uid 10001 --user-group proxy
 
 WORKDIR /app
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY proxy ./proxy
 # proxy/config/default.yaml links to it: the wheel packages the default config
 COPY config/default.yaml ./config/default.yaml
