@@ -209,7 +209,8 @@ def workdir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def run_block(block: Block, server: Server, tmp_path: Path, command: list[str]) -> None:
+def run_block(block: Block, server: Server, tmp_path: Path, command: list[str]) -> str:
+    """Run a block (the docs' address rewritten to the server's) and return what it printed."""
     code = block.code.replace(DOCS_PORT, f"127.0.0.1:{server.port}")
     env = {**offline_env(), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     with subprocess.Popen(
@@ -226,18 +227,27 @@ def run_block(block: Block, server: Server, tmp_path: Path, command: list[str]) 
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGTERM)
-    done = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
-    assert done.returncode == 0, f"{block.id} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    assert process.returncode == 0, f"{block.id} failed:\n{stdout[-2000:]}\n{stderr[-3000:]}"
+    return stdout + stderr
+
+
+SHOWN = re.compile(r"^# (.+)$", re.MULTILINE)
+PRINTED = re.compile(r"^\s*print\(.*\)\s+# (.+)$", re.MULTILINE)
+"""``print(x)  # what it shows``: the comment is checked against the output (up to a ``...``)."""
 
 
 @pytest.mark.parametrize("block", of("python"), ids=lambda b: b.id)
 def test_python_blocks_run_against_the_proxy(block: Block, docs_proxy: Server, tmp_path: Path) -> None:
-    run_block(block, docs_proxy, tmp_path, [sys.executable, "-c"])
+    output = run_block(block, docs_proxy, tmp_path, [sys.executable, "-c"])
+    for shown in PRINTED.findall(block.code):
+        assert shown.partition("...")[0].strip() in output, f"{block.id}: the docs say it prints {shown!r}"
 
 
 @pytest.mark.parametrize("block", of("sh", "bash", "shell"), ids=lambda b: b.id)
 def test_shell_blocks_run_against_the_proxy(block: Block, docs_proxy: Server, tmp_path: Path) -> None:
-    run_block(block, docs_proxy, tmp_path, ["bash", "-euo", "pipefail", "-c"])
+    output = run_block(block, docs_proxy, tmp_path, ["bash", "-euo", "pipefail", "-c"])
+    for shown in SHOWN.findall(block.code):  # a whole-line comment in a shell block is the output shown
+        assert shown.partition("...")[0].strip() in output, f"{block.id}: the docs say it prints {shown!r}"
 
 
 def test_every_block_runs_or_says_why_not() -> None:
