@@ -22,7 +22,7 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/ruff format --check proxy tests bench scripts
 	$(BIN)/mypy
 
-docs-figures:  # the figures docs/ quotes, computed again (tests/test_docs.py fails when they drift)
+docs-figures: $(VENV)/.installed-test  # the figures docs/ quotes, computed again (tests/test_docs.py fails when they drift)
 	$(BIN)/python scripts/docs_figures.py
 
 readme:  # the filter tables of README.md and docs/filters/README.md, from docs/filters/<type>.md
