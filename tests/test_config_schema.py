@@ -148,6 +148,20 @@ def test_schema_and_check_agree_on_every_parameter_of_every_filter_set_to_odd_va
     assert disagreements == []
 
 
+def test_a_number_or_a_boolean_from_the_environment_is_valid_as_written() -> None:
+    document = merged(
+        {
+            "upstreams": {
+                "main": {"base_url": "mock://", "retries": "${RETRIES}", "mock_when_no_key": "${MOCK:-true}"}
+            },
+            "policies": {"roles": {"w": [{"type": "last_n_observations", "n": "${KEEP_OBSERVATIONS:-5}"}]}},
+        }
+    )
+    parse_config(document, env={"RETRIES": "3"})  # check, after ${VAR} is read
+    assert schema_accepts(document)  # the schema, on the file as written
+    assert not schema_accepts(merged({"upstreams": {"main": {"base_url": "mock://", "retries": "$RETRIES"}}}))
+
+
 def located(tmp_path: Path, text: str) -> list[str]:
     path = tmp_path / "c.yaml"
     path.write_text(text, encoding="utf-8")

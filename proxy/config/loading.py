@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from pydantic_core import ErrorDetails
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic_core import ErrorDetails, core_schema
 
 from proxy.config.models import DEFAULT_CONFIG_PATH, Config
 from proxy.config.policies import POLICY_FORMS
@@ -177,6 +178,27 @@ def summary(config: Config) -> str:
     )
 
 
+class _FileSchema(GenerateJsonSchema):
+    """The file as written: a number or a boolean may also be a ``${VAR}`` read when the file is loaded."""
+
+    def int_schema(self, schema: core_schema.IntSchema) -> JsonSchemaValue:
+        return _or_variable(super().int_schema(schema))
+
+    def float_schema(self, schema: core_schema.FloatSchema) -> JsonSchemaValue:
+        return _or_variable(super().float_schema(schema))
+
+    def bool_schema(self, schema: core_schema.BoolSchema) -> JsonSchemaValue:
+        return _or_variable(super().bool_schema(schema))
+
+
+def _or_variable(schema: JsonSchemaValue) -> JsonSchemaValue:
+    return {"anyOf": [schema, {"type": "string", "pattern": VARIABLE_PATTERN}]}
+
+
+VARIABLE_PATTERN = r"^\$\{[A-Za-z_][A-Za-z0-9_]*(:-[^}]*)?\}$"
+"""A whole value read from the environment (``${RETRIES}``, ``${RETRIES:-2}``)."""
+
+
 def json_schema() -> dict[str, Any]:
-    """The JSON Schema of the config file."""
-    return Config.model_json_schema(by_alias=True)
+    """The JSON Schema of the config file as written (``${VAR}`` may stand for a number or a boolean)."""
+    return Config.model_json_schema(by_alias=True, schema_generator=_FileSchema)

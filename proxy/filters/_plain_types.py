@@ -23,7 +23,9 @@ def plain_value(value: Any, annotation: Any) -> Any:
     kinds = _kinds(annotation) - {type(None)}
     if isinstance(value, bool) and bool not in kinds and kinds & {int, float}:
         raise ValueError(f"must be a number, not {str(value).lower()}")
-    if kinds == {bool} and value is not None and not isinstance(value, bool):
+    if (
+        kinds == {bool} and isinstance(value, int | float) and not isinstance(value, bool)
+    ):  # "true" from ${VAR}: fine
         raise ValueError(f"must be true or false, not {value!r}")
     return value
 
