@@ -11,8 +11,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 RUN useradd --create-home --uid 10001 --user-group proxy
 
 WORKDIR /app
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY proxy ./proxy
+# proxy/config/default.yaml links to it: the wheel packages the default config
+COPY config/default.yaml ./config/default.yaml
 RUN pip install . && rm -rf /app/build
 
 # The default config (offline: the built-in mock answers until OPENAI_API_KEY is set); mount your own over it.

@@ -8,107 +8,31 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import json
 import os
-import shutil
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from proxy import __version__
-from proxy.config.loading import ConfigError, json_schema, load_config, summary
-from proxy.config.models import CONFIG_ENV, DEFAULT_CONFIG_PATH, Config
-from proxy.core.identity import Identity
+from proxy.config.loading import json_schema, summary
+from proxy.config.locate import CONFIG_ENV, STARTER_NAME
+from proxy.config.models import Config
+from proxy.core.identity import Identity, match_role
 from proxy.observability.logs import LOG_FORMATS
+from proxy.serve import CommandError, cmd_init, cmd_serve, load, uvicorn_options
 
 if TYPE_CHECKING:
     from proxy.core.cost import Pricing
 
-APP_FACTORY = "proxy.server.app:app_from_env"
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
-
-
-class CommandError(Exception):
-    """A failure the command reports as one line and exit status 1."""
-
-
-def _load(path: str | None) -> Config:
-    try:
-        return load_config(path)
-    except ConfigError as exc:
-        lines = "\n".join(f"  {error}" for error in exc.errors)
-        noun = "error" if len(exc.errors) == 1 else "errors"
-        raise CommandError(f"{exc.source}: invalid config ({len(exc.errors)} {noun}):\n{lines}") from None
-
-
-def _uvicorn_options() -> dict[str, str]:
-    """uvloop and httptools when installed (uvicorn's fast paths), asyncio and h11 otherwise."""
-    return {
-        "loop": "uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
-        "http": "httptools" if importlib.util.find_spec("httptools") else "h11",
-    }
-
-
-def _share_metrics_between_workers(workers: int) -> str | None:
-    """With several workers, a fresh ``PROMETHEUS_MULTIPROC_DIR`` so ``/metrics`` sums them all.
-
-    Returns the directory to remove at exit; ``None`` with one worker or when the operator set one.
-    """
-    from proxy.observability.metrics import MULTIPROCESS_ENV
-
-    if workers < 2 or os.environ.get(MULTIPROCESS_ENV):
-        return None
-    directory = tempfile.mkdtemp(prefix="history-proxy-metrics-")
-    os.environ[MULTIPROCESS_ENV] = directory
-    return directory
-
-
-def cmd_serve(args: argparse.Namespace) -> int:
-    config_path = Path(args.config or os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH)
-    config = _load(str(config_path))
-    import uvicorn
-
-    from proxy.observability.logs import logging_config
-    from proxy.server.protocol import bounded_http
-
-    os.environ[CONFIG_ENV] = str(config_path.resolve())
-    if args.workers > 1:  # an admin reload in one worker restarts them all through this process
-        from proxy.server.reload import SUPERVISOR_ENV
-
-        os.environ[SUPERVISOR_ENV] = str(os.getpid())
-    metrics_dir = _share_metrics_between_workers(args.workers)
-    upstream = config.upstreams[config.default_upstream]
-    target = "built-in mock" if upstream.is_mock else upstream.base_url
-    print(
-        f"history-proxy {__version__} serving on http://{args.host}:{args.port}/v1 "
-        f"(config {config_path}, default upstream {config.default_upstream}: {target})",
-        flush=True,
-    )
-    try:
-        uvicorn.run(
-            APP_FACTORY,
-            factory=True,
-            host=args.host,
-            port=args.port,
-            workers=args.workers,
-            log_level=args.log_level,
-            # every worker formats uvicorn's lines and ours alike; our access line replaces uvicorn's
-            log_config=logging_config(args.log_format, args.log_level),
-            access_log=False,
-            **{**_uvicorn_options(), **bounded_http(config.limits)},
-        )
-    finally:
-        if metrics_dir is not None:
-            shutil.rmtree(metrics_dir, ignore_errors=True)
-    return 0
+CONFIG_DEFAULTS = f"${CONFIG_ENV}, else ./config/default.yaml, else the packaged default config"
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    config = _load(args.path)
-    print(summary(config))
+    config, path = load(args.path)
+    print(summary(config) if args.path else f"{path}: {summary(config)}")
     return 0
 
 
@@ -130,7 +54,7 @@ def _read_body(source: str) -> Any:
 
 def _add_caller_options(parser: argparse.ArgumentParser) -> None:
     """The config and the caller a chain is run for (``preview`` and ``replay``)."""
-    parser.add_argument("--config", metavar="PATH", help="config file (default: config/default.yaml)")
+    parser.add_argument("--config", metavar="PATH", help=f"config file (default: {CONFIG_DEFAULTS})")
     parser.add_argument("--role", help="caller's role (default: the config's identity.default_role)")
     parser.add_argument("--agent", metavar="NAME", help="caller's agent name")
     parser.add_argument("--phase", metavar="ID", help="current phase id")
@@ -139,8 +63,16 @@ def _add_caller_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _caller(args: argparse.Namespace, config: Config) -> Identity:
+    """The caller ``--role`` and friends name, read as the proxy reads the identity headers."""
+    role, notes = match_role(args.role, config.policies.roles, config.identity.default_role)
+    notes = notes if args.role else ()  # no --role is a choice here, not a missing header
     return Identity(
-        role=args.role or config.identity.default_role, agent=args.agent, phase=args.phase, tenant=args.tenant
+        role=role,
+        agent=args.agent,
+        phase=args.phase,
+        tenant=args.tenant,
+        notes=notes,
+        role_sent=args.role if notes and args.role else None,
     )
 
 
@@ -150,8 +82,10 @@ def cmd_preview(args: argparse.Namespace) -> int:
     from proxy.pipeline.run import Pipeline
     from proxy.surfaces.shape import preview
 
-    config = _load(args.config)
-    body = _read_body(args.file)
+    if args.file is None and sys.stdin.isatty():  # nothing piped in: say what to give, never wait
+        raise CommandError(f"give a request body FILE, or pipe one in (FILE -)\n{args.usage.strip()}")
+    config, _ = load(args.config)
+    body = _read_body(args.file or "-")
     pipeline = Pipeline(config, TokenCounters())
     try:
         shaped = asyncio.run(preview(pipeline, body, _caller(args, config), args.api))
@@ -181,15 +115,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     if args.compare:
         return _compare(args)
-    config = _load(args.config)
+    config, _ = load(args.config)
+    identity = _caller(args, config)
     if args.html and len(args.file) > 1:
         raise CommandError("--html draws one conversation: give one FILE")
     tokens = TokenCounters()
     try:
         bodies = chat_bodies({file: _read_body(file) for file in args.file}, args.api, args.tool_loops)
-        results = replay_files(
-            bodies, lambda: Pipeline(config, tokens), _caller(args, config), _pricing(args.pricing)
-        )
+        results = replay_files(bodies, lambda: Pipeline(config, tokens), identity, _pricing(args.pricing))
     except ReplayError as exc:
         raise CommandError(str(exc)) from None
     if not results:
@@ -199,7 +132,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             files = {name: r.to_json()["totals"] for name, r in results.items()}
             print(json.dumps({"files": files, "totals": many_totals(results)}, indent=2))
         else:
-            print(render_many(results))
+            print("".join(f"note: {note}\n" for note in identity.notes) + render_many(results))
         return 0
     result = next(iter(results.values()))
     if args.html:
@@ -208,7 +141,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
             Path(args.html).write_text(render_html(result, title), encoding="utf-8")
         except OSError as exc:
             raise CommandError(f"{args.html}: cannot write: {exc.strerror or exc}") from None
-    print(json.dumps(result.to_json(), indent=2) if args.json else render_text(result))
+    if args.json:
+        print(
+            json.dumps(
+                {**result.to_json(), **({"notes": list(identity.notes)} if identity.notes else {})}, indent=2
+            )
+        )
+    else:
+        print("".join(f"note: {note}\n" for note in identity.notes) + render_text(result))
     if args.html:
         print(f"wrote {args.html}", file=sys.stderr)
     return 0
@@ -222,7 +162,7 @@ def _compare(args: argparse.Namespace) -> int:
     from proxy.pipeline.run import Pipeline
 
     def chain(path: str) -> tuple[Callable[[], Pipeline], Identity]:
-        config = _load(path)
+        config, _ = load(path)
         return (lambda: Pipeline(config, TokenCounters())), _caller(args, config)
 
     try:
@@ -249,7 +189,7 @@ def cmd_mock_upstream(args: argparse.Namespace) -> int:
 
     app = create_mock_app(chunks=args.chunks, chunk_delay_s=args.chunk_delay_ms / 1000)
     print(f"history-proxy mock upstream on http://{args.host}:{args.port}/v1", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, **_uvicorn_options())  # type: ignore[arg-type]
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, **uvicorn_options())  # type: ignore[arg-type]
     return 0
 
 
@@ -284,9 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = commands.add_parser("serve", help="serve the proxy", description="Serve the proxy.")
-    serve.add_argument(
-        "--config", metavar="PATH", help=f"config file (default: ${CONFIG_ENV}, else {DEFAULT_CONFIG_PATH})"
-    )
+    serve.add_argument("--config", metavar="PATH", help=f"config file (default: {CONFIG_DEFAULTS})")
     serve.add_argument("--host", default="127.0.0.1", help="interface to bind (default: 127.0.0.1)")
     serve.add_argument("--port", type=_port, default=8080, help="port to bind (default: 8080)")
     serve.add_argument("--workers", type=_positive, default=1, help="worker processes (default: 1)")
@@ -294,13 +232,23 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--log-format",
         choices=LOG_FORMATS,
-        default="json",
-        help="one JSON object per log line, or text for humans (default: json)",
+        help="one JSON object per log line, or text for humans (default: text on a terminal, else json)",
     )
     serve.set_defaults(handler=cmd_serve)
 
+    init = commands.add_parser(
+        "init",
+        help="write a commented starter config",
+        description="Write the default config, with its comments, to a file to edit (nothing else changes).",
+    )
+    init.add_argument(
+        "path", nargs="?", default=STARTER_NAME, metavar="PATH", help=f"(default: {STARTER_NAME})"
+    )
+    init.add_argument("--force", action="store_true", help="overwrite PATH if it exists")
+    init.set_defaults(handler=cmd_init)
+
     check = commands.add_parser("check", help="validate a config file", description="Validate a config file.")
-    check.add_argument("path", metavar="PATH", help="config file")
+    check.add_argument("path", nargs="?", metavar="PATH", help=f"config file (default: {CONFIG_DEFAULTS})")
     check.set_defaults(handler=cmd_check)
 
     preview = commands.add_parser(
@@ -310,9 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_caller_options(preview)
     preview.add_argument(
-        "file", nargs="?", default="-", metavar="FILE|-", help="request body (default: stdin)"
+        "file", nargs="?", metavar="FILE|-", help="request body (default: stdin, when it is not a terminal)"
     )
-    preview.set_defaults(handler=cmd_preview)
+    preview.set_defaults(handler=cmd_preview, usage=preview.format_usage())
 
     replay_ = commands.add_parser(
         "replay",

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from collections.abc import Collection
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
 from pydantic import (
     Field,
@@ -20,8 +21,10 @@ from pydantic import (
     field_validator,
 )
 
+from proxy.config.locate import CONFIG_ENV as CONFIG_ENV  # re-exported: where it always was
+from proxy.config.locate import packaged_config
 from proxy.config.policies import PoliciesConfig, PolicyMode
-from proxy.config.pricing import PricingConfig, default_pricing
+from proxy.config.pricing import PresetName, PricingConfig, default_pricing
 from proxy.config.strict import StrictModel
 from proxy.config.summaries import SummaryCacheConfig
 from proxy.core.cost import Pricing
@@ -29,15 +32,16 @@ from proxy.core.messages import DEFAULT_COMPLETION_TOOLS
 from proxy.filters.base import Filter
 from proxy.filters.cache_control import CacheControl
 
-DEFAULT_CONFIG_PATH = Path(__file__).resolve().parents[2] / "config" / "default.yaml"
-CONFIG_ENV = "HISTORY_PROXY_CONFIG"
-"""The environment variable naming the config file (``serve`` sets it for its workers)."""
+URL_PATTERN = r"^(https?://|mock://|\$\{)"
+"""What ``base_url`` may start with (``${VAR}`` is read from the environment before the check)."""
+DEFAULT_CONFIG_PATH: Path = packaged_config()
+"""The default config packaged with ``proxy`` (``config/default.yaml`` in the repository)."""
 
 
 class UpstreamConfig(StrictModel):
     """One named upstream, an OpenAI-compatible base URL."""
 
-    base_url: str
+    base_url: str = Field(json_schema_extra={"pattern": URL_PATTERN})
     """Base URL including the version path, e.g. ``https://api.openai.com/v1``; ``mock://`` for the built-in mock."""
     api_key: SecretStr | None = None
     """Replaces the client's Authorization when set (empty counts as unset)."""
@@ -60,6 +64,11 @@ class UpstreamConfig(StrictModel):
     api: Literal["openai", "anthropic"] = "openai"
     """The API it speaks: ``openai`` (chat completions, Responses) or ``anthropic`` (Messages, and
     OpenAI-compatible chat completions; the key is sent as ``x-api-key``)."""
+
+    @field_validator("pricing", mode="before", json_schema_input_type=PricingConfig | PresetName | None)
+    @classmethod
+    def _pricing_preset(cls, value: object) -> object:
+        return {"preset": value} if isinstance(value, str) else value
 
     @field_validator("base_url")
     @classmethod
@@ -101,7 +110,7 @@ class IdentityConfig(StrictModel):
 
 
 class ProxyKey(StrictModel):
-    key: SecretStr
+    key: SecretStr = Field(json_schema_extra={"minLength": 1})
     tenant: str
     upstreams: list[str] | None = None
     """The upstreams (by name, fallbacks included) requests with this key may reach; none: all."""
@@ -170,10 +179,20 @@ class CacheControlSlot(CacheControl):
     type: Literal["cache_control"] = "cache_control"
 
 
+def _known_upstreams(info: ValidationInfo) -> Collection[str] | None:
+    """The upstream names references are checked against: the valid ``upstreams``, else the names the
+    file gives (``context["upstream_names"]``), so a bad reference is reported beside a bad upstream."""
+    valid = info.data.get("upstreams")
+    if valid:
+        return cast("Collection[str]", valid)
+    names = (info.context or {}).get("upstream_names")
+    return cast("Collection[str]", names) if names else None
+
+
 class Config(StrictModel):
     """The whole config file."""
 
-    upstreams: dict[str, UpstreamConfig]
+    upstreams: dict[str, UpstreamConfig] = Field(json_schema_extra={"minProperties": 1})
     routes: list[RouteConfig] = Field(default_factory=list)
     identity: IdentityConfig = Field(default_factory=IdentityConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
@@ -204,7 +223,7 @@ class Config(StrictModel):
     @field_validator("auth")
     @classmethod
     def _keys_name_upstreams(cls, auth: AuthConfig, info: ValidationInfo) -> AuthConfig:
-        upstreams = info.data.get("upstreams")
+        upstreams = _known_upstreams(info)
         if not upstreams:  # already reported on upstreams
             return auth
         for i, entry in enumerate(auth.keys):
@@ -229,22 +248,23 @@ class Config(StrictModel):
     @field_validator("routes")
     @classmethod
     def _routes_name_upstreams(cls, routes: list[RouteConfig], info: ValidationInfo) -> list[RouteConfig]:
-        upstreams = info.data.get("upstreams")
+        upstreams = _known_upstreams(info)
         if not upstreams:  # already reported on upstreams
             return routes
-        for i, route in enumerate(routes):
-            for name in (route.upstream, *route.fallbacks):
-                if name not in upstreams:
-                    raise ValueError(
-                        f"entry [{i}] (model {route.model!r}) names unknown upstream {name!r}; "
-                        f"known upstreams: {', '.join(upstreams)}"
-                    )
+        unknown = [
+            f"entry [{i}] (model {route.model!r}) names unknown upstream {name!r}"
+            for i, route in enumerate(routes)
+            for name in (route.upstream, *route.fallbacks)
+            if name not in upstreams
+        ]
+        if unknown:  # every bad reference in one message: check lists every error in one pass
+            raise ValueError(f"{'; '.join(unknown)}; known upstreams: {', '.join(upstreams)}")
         return routes
 
     @field_validator("policies")
     @classmethod
     def _filters_name_upstreams(cls, policies: PoliciesConfig, info: ValidationInfo) -> PoliciesConfig:
-        upstreams = info.data.get("upstreams")
+        upstreams = _known_upstreams(info)
         if not upstreams:  # already reported on upstreams
             return policies
         located: list[tuple[str, Filter]] = [(f"global[{i}]", f) for i, f in enumerate(policies.global_)]

@@ -31,8 +31,11 @@ def message_list(body: Any) -> list[Any]:
         raise InvalidRequestError("the request body must be a JSON object")
     messages = body.get("messages")
     if messages is None:
+        elsewhere = (
+            "; a body with 'input' is a Responses API request (POST /v1/responses)" if "input" in body else ""
+        )
         raise InvalidRequestError(
-            "'messages' is required", param="messages", code="missing_required_parameter"
+            f"'messages' is required{elsewhere}", param="messages", code="missing_required_parameter"
         )
     if not isinstance(messages, list):
         raise InvalidRequestError("'messages' must be a list of message objects", param="messages")

@@ -137,6 +137,7 @@ class Exchange:
             "method": self.method,
             "path": self.path,
             "role": who.role if who else None,
+            "role_sent": who.role_sent if who else None,
             "agent": who.agent if who else None,
             "tenant": who.tenant if who else None,
             "model": self.model,

@@ -37,6 +37,8 @@ from proxy.filters import FILTER_TYPES
 from proxy.observability.access import Exchange, access_log, request_id_for
 from proxy.observability.logs import JsonMessage
 from proxy.observability.refetch import observe_refetches, refetch_counter
+from proxy.observability.role_hints import RoleHints
+from proxy.observability.summary_metrics import SummaryCollectors
 
 __all__ = [
     "Exchange",
@@ -81,7 +83,7 @@ class Children(Generic[Collector]):
         return child
 
 
-class Metrics:
+class Metrics(SummaryCollectors):
     """Request, token, filter-failure and overhead collectors for one app."""
 
     def __init__(self, config: Config) -> None:
@@ -120,6 +122,7 @@ class Metrics:
             buckets=OVERHEAD_BUCKETS,
             registry=self.registry,
         )
+        self.role_hints = RoleHints(self.registry)
         self._add_summary_collectors()
         self._add_report_collectors(config)
         self._requests = Children(self.requests)
@@ -133,31 +136,6 @@ class Metrics:
         self._upstream_seconds = Children(self.upstream_seconds)
         self._upstream_first_byte = Children(self.upstream_first_byte)
         self._upstream_tokens = Children(self.upstream_tokens)
-
-    def _add_summary_collectors(self) -> None:
-        self.summary_hits = Counter(
-            "history_proxy_summary_cache_hits",
-            "Summaries found without a model call, by where: memory, redis, inflight (joined a running call).",
-            ["source"],
-            registry=self.registry,
-        )
-        self.summary_misses = Counter(
-            "history_proxy_summary_cache_misses",
-            "Summaries that needed a model call.",
-            registry=self.registry,
-        )
-        self.summary_errors = Counter(
-            "history_proxy_summary_cache_errors",
-            "Failed summary cache operations (e.g. Redis unreachable), by backend.",
-            ["backend"],
-            registry=self.registry,
-        )
-        self.summary_calls = Counter(
-            "history_proxy_summary_calls",
-            "Summary calls to an upstream, by upstream and outcome (ok, error, timeout, cancelled at shutdown).",
-            ["upstream", "outcome"],
-            registry=self.registry,
-        )
 
     def _add_report_collectors(self, config: Config) -> None:
         """What each chain did, upstream timings and open streams."""
@@ -330,6 +308,7 @@ class Metrics:
         role = self.role_label(exchange.identity.role if exchange.identity else None)
         upstream = self.upstream_label(exchange.upstream)
         self._requests(role, upstream, str(exchange.status)).inc()
+        self.role_hints.observe(exchange.identity)
         result = exchange.result
         if result is not None and exchange.upstream is not None:  # previews are not traffic
             self._tokens_before(role).observe(result.tokens_before)
@@ -362,15 +341,6 @@ class Metrics:
         access_log.handle(record)
 
     # --- summaries (``summarize``): the recorder proxy.summaries.cache reports to ---------------------
-
-    def summary_cache_hit(self, source: str) -> None:
-        self.summary_hits.labels(source).inc()
-
-    def summary_cache_miss(self) -> None:
-        self.summary_misses.inc()
-
-    def summary_cache_error(self, backend: str) -> None:
-        self.summary_errors.labels(backend).inc()
 
     def summary_call(
         self, *, upstream: str | None, model: str, outcome: str, status: int, seconds: float

@@ -6,7 +6,7 @@ import hmac
 from collections.abc import Mapping
 
 from proxy.config.models import Config, ProxyKey
-from proxy.core.identity import ROLE_DEFAULTED, Identity, bearer_token, read_header
+from proxy.core.identity import Identity, bearer_token, match_role, read_header
 from proxy.errors import AuthError, ForbiddenError
 
 
@@ -62,13 +62,15 @@ def resolve_identity(config: Config, headers: Mapping[str, str]) -> Identity:
     """Read the caller from lower-cased request headers; raises 401/400 ``ProxyError``s."""
     ids = config.identity
     entry = _key_entry(config, proxy_token(headers))
-    role = read_header(headers, ids.role_header)
+    sent = read_header(headers, ids.role_header)
+    role, notes = match_role(sent, config.policies.roles, ids.default_role)
     return Identity(
-        role=role or ids.default_role,
+        role=role,
         agent=read_header(headers, ids.agent_header),
         phase=read_header(headers, ids.phase_header),
         tenant=entry.tenant if entry else None,
-        notes=() if role else (ROLE_DEFAULTED,),
+        notes=notes,
+        role_sent=sent if notes and sent else None,
         upstreams=frozenset(entry.upstreams) if entry and entry.upstreams is not None else None,
     )
 
