@@ -36,6 +36,7 @@ from proxy.core.identity import Identity
 from proxy.filters import FILTER_TYPES
 from proxy.observability.access import Exchange, access_log, request_id_for
 from proxy.observability.logs import JsonMessage
+from proxy.observability.tracing import Telemetry
 
 __all__ = [
     "Exchange",
@@ -121,6 +122,7 @@ class Metrics:
         )
         self._add_summary_collectors()
         self._add_report_collectors(config)
+        self.telemetry = Telemetry(config.telemetry, self.registry)  # spans, ended by finish
         self._requests = Children(self.requests)
         self._tokens_before = Children(self.tokens_before)
         self._tokens_after = Children(self.tokens_after)
@@ -336,6 +338,8 @@ class Metrics:
         if exchange.overhead_ms is not None:
             self.observe_overhead(exchange.overhead_ms / 1000)
         self._observe_report(exchange, role, upstream)
+        if exchange.trace is not None:
+            exchange.trace.end(exchange)
         if access_log.isEnabledFor(logging.INFO):  # no fields (or redacted body) for a line nobody sees
             self._write_access_line(exchange.fields(self._secrets))
 
@@ -374,6 +378,7 @@ class Metrics:
     ) -> None:
         """Count one summary call, and log and count it as a request of role ``summarizer``."""
         self.summary_calls.labels(self.upstream_label(upstream), outcome).inc()
+        self.telemetry.summary_call(upstream, model, outcome, status, seconds)
         exchange = Exchange(
             uuid.uuid4().hex,
             "POST",

@@ -120,7 +120,7 @@ class _Proxy:
     def begin(self, call: Call) -> Exchange:
         exchange = Exchange(request_id_for(call.headers), call.method, call.path, time.perf_counter())
         call.scope.setdefault("state", {})["exchange"] = exchange
-        return exchange
+        return self.metrics.telemetry.begin(exchange, call.headers, call.state.config)
 
     def identify(self, call: Call, exchange: Exchange) -> Identity:
         exchange.identity = resolve_identity(call.state.config, call.headers)
@@ -245,8 +245,7 @@ class _Proxy:
         self, call: Call, body: dict[str, Any], exchange: Exchange, *, forwarded: bool = True
     ) -> list[str]:
         """The upstreams to try for ``body``'s model; those the caller's key may reach when forwarded."""
-        model = body.get("model")
-        exchange.model = model if isinstance(model, str) and model else None
+        exchange.model = self.metrics.telemetry.requested(exchange, body)
         names = call.state.config.route(exchange.model or "")
         if forwarded:
             names = reachable_upstreams(call.state.config, call.headers, names)
@@ -266,7 +265,7 @@ class _Proxy:
             call.state.config.trusted_proxies,
         )
         return await call.state.upstreams.open(
-            call.method, path, query=call.query, headers=headers, names=names, body=body
+            call.method, path, query=call.query, headers=headers, names=names, body=body, trace=exchange.trace
         )
 
     async def _respond(self, reply: UpstreamReply, exchange: Exchange, extra: dict[str, str]) -> Outgoing:

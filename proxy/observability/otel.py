@@ -1,0 +1,106 @@
+"""The OpenTelemetry SDK, set up once per process when ``telemetry.enabled``: a tracer provider of
+the proxy's own (never the global one), batched OTLP/HTTP export and the dropped spans in /metrics.
+
+Spans are exported by the SDK's ``BatchSpanProcessor`` on its own thread: a request only appends its
+spans to a bounded queue (``OTEL_BSP_MAX_QUEUE_SIZE``, 2048). A collector that is down or slow costs
+dropped spans, never request time; they are counted in ``history_proxy_telemetry_spans_dropped_total``
+by ``reason``: ``queue_full`` (the queue was full when a span ended) or ``export_failed`` (the
+collector refused or could not be reached, after the exporter's own retries). Imported only when
+telemetry is on, so a proxy without it never loads the SDK.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+from opentelemetry.trace import Tracer
+from prometheus_client import CollectorRegistry, Counter
+
+from proxy.config.telemetry import TelemetryConfig
+from proxy.observability.genai import SCHEMA_URL
+
+log = logging.getLogger("history_proxy.telemetry")
+
+DEFAULT_SERVICE_NAME = "history-proxy"
+SDK_DISABLED_ENV = "OTEL_SDK_DISABLED"
+_QUEUE_LOGGER = "opentelemetry.sdk._shared_internal"
+"""Where the SDK's batch processor says it dropped a span because its queue was full."""
+
+
+def sdk_disabled() -> bool:
+    """``OTEL_SDK_DISABLED=true``: the SDK's own switch, which turns telemetry off whatever the config says."""
+    return os.environ.get(SDK_DISABLED_ENV, "").strip().lower() == "true"
+
+
+class _CountingExporter(SpanExporter):
+    """The OTLP exporter, counting the spans of every batch it could not deliver."""
+
+    def __init__(self, inner: SpanExporter, dropped: Counter, exported: Counter) -> None:
+        self._inner = inner
+        self._dropped = dropped
+        self._exported = exported
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        try:
+            result = self._inner.export(spans)
+        except Exception:  # an exporter bug must not kill the export thread
+            log.exception("exporting %d spans failed", len(spans))
+            result = SpanExportResult.FAILURE
+        if result is SpanExportResult.SUCCESS:
+            self._exported.inc(len(spans))
+        else:
+            self._dropped.labels("export_failed").inc(len(spans))
+        return result
+
+    def shutdown(self) -> None:
+        self._inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self._inner.force_flush(timeout_millis)
+
+
+class _QueueFull(logging.Filter):
+    """Counts the batch processor's "Queue full, dropping" warnings, and keeps them off the log:
+    one line per dropped span would cost the request path what the queue is there to spare it."""
+
+    def __init__(self, dropped: Counter) -> None:
+        super().__init__()
+        self._dropped = dropped
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage().startswith("Queue full"):
+            self._dropped.labels("queue_full").inc()
+            return False
+        return True
+
+
+def start_tracer(config: TelemetryConfig, registry: CollectorRegistry) -> tuple[Tracer, TracerProvider]:
+    """A tracer exporting in batches to ``config.endpoint`` (or the ``OTEL_EXPORTER_OTLP_*`` environment)."""
+    dropped = Counter(
+        "history_proxy_telemetry_spans_dropped",
+        "Spans not delivered to the OTLP collector, by reason: queue_full (the export queue was full: "
+        "collector slow or down) or export_failed (the collector refused them or was unreachable).",
+        ["reason"],
+        registry=registry,
+    )
+    exported = Counter(
+        "history_proxy_telemetry_spans_exported",
+        "Spans the OTLP collector accepted.",
+        registry=registry,
+    )
+    name = config.service_name or os.environ.get("OTEL_SERVICE_NAME") or DEFAULT_SERVICE_NAME
+    resource = Resource.create({SERVICE_NAME: name})  # also reads OTEL_RESOURCE_ATTRIBUTES
+    sampler = None if config.sample_ratio is None else ParentBased(TraceIdRatioBased(config.sample_ratio))
+    provider = TracerProvider(resource=resource, sampler=sampler)  # sampler None: OTEL_TRACES_SAMPLER
+    exporter = _CountingExporter(OTLPSpanExporter(endpoint=config.endpoint), dropped, exported)
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    logging.getLogger(_QUEUE_LOGGER).addFilter(_QueueFull(dropped))
+    log.info("telemetry on: %s, service.name %s", config.describe(), name)
+    return provider.get_tracer("history_proxy", schema_url=SCHEMA_URL), provider

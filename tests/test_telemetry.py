@@ -1,0 +1,358 @@
+"""OpenTelemetry GenAI spans (issue 28) through the real `history-proxy serve`, with the official SDKs.
+
+An in-process OTLP/HTTP receiver (:mod:`tests.otlp_receiver`) decodes what the proxy exports; the
+upstream is the built-in mock behind a recorder, so each test also sees the ``traceparent`` the
+upstream received. The client's own span is made with the OpenTelemetry SDK and injected the way
+an instrumented client does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import anthropic
+import httpx
+import openai
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as semconv
+from opentelemetry.trace import SpanKind, set_span_in_context
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from proxy.observability import genai
+from tests.otlp_receiver import ReceivedSpan, Receiver
+from tests.test_end_to_end import Server, free_port, start
+from tests.test_surfaces_end_to_end import UPSTREAM_KEY, Recorder, recorder  # noqa: F401 (fixture)
+
+CLIENT_KEY = "sk-client-key-never-exported-1234567890"
+SECRET_TEXT = "the-password-is-tangerine-42"
+CLIENT_TRACER = TracerProvider().get_tracer("test-client")
+FAST_EXPORT = {"OTEL_BSP_SCHEDULE_DELAY": "50", "OTEL_EXPORTER_OTLP_TIMEOUT": "2"}
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[Receiver]:
+    found = Receiver().start()
+    yield found
+    found.stop()
+
+
+def serve(folder: Path, upstream_url: str, telemetry: str) -> Iterator[Server]:
+    config = folder / "config.yaml"
+    config.write_text(
+        f"""
+upstreams:
+  openai: {{base_url: "{upstream_url}"}}
+  claude: {{base_url: "{upstream_url}", api: anthropic, api_key: "{UPSTREAM_KEY}", cache_control: true}}
+routes:
+  - {{model: "claude-*", upstream: claude}}
+telemetry: {telemetry}
+policies:
+  roles:
+    trimmer: [{{type: tool_call_filter, exclude: [ls]}}]
+    planner:
+      - {{type: summarize, keep_recent: 1, step: 1, model: gpt-4o-mini, upstream: openai}}
+""",
+        encoding="utf-8",
+    )
+    with mock.patch.dict(os.environ, FAST_EXPORT):
+        yield from start("serve", "--config", str(config), log=folder / "proxy.log", ready_path="/healthz")
+
+
+@pytest.fixture(scope="module")
+def proxy(
+    recorder: tuple[Recorder, str],  # noqa: F811
+    receiver: Receiver,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Server]:
+    telemetry = f'{{enabled: true, endpoint: "{receiver.endpoint}", service_name: proxy-under-test}}'
+    yield from serve(tmp_path_factory.mktemp("telemetry"), recorder[1], telemetry)
+
+
+def root_trace(span: Any) -> str:
+    return f"{span.get_span_context().trace_id:032x}"
+
+
+def client_span() -> tuple[Any, dict[str, str]]:
+    """A client's span and the W3C headers an instrumented client sends under it."""
+    span = CLIENT_TRACER.start_span("agent step", kind=SpanKind.INTERNAL)
+    headers: dict[str, str] = {"tracestate": "vendor=abc"}
+    TraceContextTextMapPropagator().inject(headers, context=set_span_in_context(span))
+    return span, headers
+
+
+def proxy_span(receiver: Receiver, trace_id: str) -> ReceivedSpan:
+    found = receiver.wait_for(lambda s: s.trace_id == trace_id and s.name.startswith("chat"))
+    assert found, f"no proxy span in trace {trace_id}; received {[s.name for s in receiver.spans]}"
+    return found[0]
+
+
+def upstream_parent(seen: dict[str, Any], trace_id: str) -> str:
+    """The span id the upstream's traceparent names (and that it carries the client's trace id)."""
+    version, trace, parent, flags = seen["headers"]["traceparent"].split("-")
+    assert (version, trace) == ("00", trace_id)
+    assert int(flags, 16) & 1  # sampled
+    return parent
+
+
+def check_chain_of_spans(
+    receiver: Receiver, trace_id: str, client_span_id: str, sent_to: str
+) -> ReceivedSpan:
+    """client span -> proxy span -> attempt span, whose id the upstream saw."""
+    root = proxy_span(receiver, trace_id)
+    assert root.parent_span_id == client_span_id
+    assert root.kind == 2  # SERVER
+    attempts = receiver.wait_for(lambda s: s.trace_id == trace_id and s.name.startswith("upstream "))
+    assert [a.parent_span_id for a in attempts] == [root.span_id]
+    assert attempts[0].span_id == sent_to
+    assert attempts[0].kind == 3  # CLIENT
+    assert attempts[0].attributes["http.response.status_code"] == 200
+    return root
+
+
+@dataclass
+class Rig:
+    """The proxy under test, the collector it exports to and the upstream recorder behind it."""
+
+    proxy: Server
+    receiver: Receiver
+    recorder: Recorder
+
+    def openai(self) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.proxy.url}/v1", api_key=CLIENT_KEY, max_retries=0)
+
+    def root(self, span: Any, path: str) -> ReceivedSpan:
+        """The proxy's span under the client's ``span``, checked on to the upstream that got ``path``."""
+        context = span.get_span_context()
+        trace_id = f"{context.trace_id:032x}"
+        sent_to = upstream_parent(self.recorder.last(path), trace_id)
+        return check_chain_of_spans(self.receiver, trace_id, f"{context.span_id:016x}", sent_to)
+
+
+@pytest.fixture
+def rig(proxy: Server, receiver: Receiver, recorder: tuple[Recorder, str]) -> Rig:  # noqa: F811
+    return Rig(proxy, receiver, recorder[0])
+
+
+def test_chat_completion_continues_the_clients_trace_to_the_upstream(rig: Rig) -> None:
+    span, headers = client_span()
+    raw = rig.openai().chat.completions.with_raw_response.create(
+        model="gpt-4o-mini",
+        messages=[{"role": "user", "content": f"remember {SECRET_TEXT}"}],
+        max_tokens=50,
+        temperature=0.2,
+        extra_headers={
+            **headers,
+            "X-Agent-Role": "trimmer",
+            "X-Agent-Name": "coder#1",
+            "X-Conversation-Id": "conv-7",
+        },
+    )
+    span.end()
+    answer, trace_id = raw.parse(), root_trace(span)
+    root = rig.root(span, "/v1/chat/completions")
+    assert rig.recorder.last("/v1/chat/completions")["headers"]["tracestate"] == "vendor=abc"  # carried on
+    attributes = root.attributes
+    assert root.name == "chat gpt-4o-mini"
+    assert attributes[semconv.GEN_AI_OPERATION_NAME] == "chat"
+    assert attributes[semconv.GEN_AI_PROVIDER_NAME] == "openai"
+    assert attributes[semconv.GEN_AI_REQUEST_MODEL] == "gpt-4o-mini"
+    assert attributes[semconv.GEN_AI_RESPONSE_MODEL] == answer.model
+    assert attributes[semconv.GEN_AI_RESPONSE_ID] == answer.id
+    assert attributes[semconv.GEN_AI_RESPONSE_FINISH_REASONS] == [answer.choices[0].finish_reason]
+    assert answer.usage is not None
+    assert attributes[semconv.GEN_AI_USAGE_INPUT_TOKENS] == answer.usage.prompt_tokens
+    assert attributes[semconv.GEN_AI_USAGE_OUTPUT_TOKENS] == answer.usage.completion_tokens
+    assert attributes[semconv.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] == 0
+    assert attributes[semconv.GEN_AI_REQUEST_MAX_TOKENS] == 50
+    assert attributes[semconv.GEN_AI_REQUEST_TEMPERATURE] == 0.2
+    assert attributes[semconv.GEN_AI_AGENT_NAME] == "coder#1"
+    assert attributes[semconv.GEN_AI_CONVERSATION_ID] == "conv-7"
+    assert attributes["history_proxy.role"] == "trimmer"
+    assert attributes["history_proxy.surface"] == "chat"
+    assert attributes["history_proxy.chain"] == ["tool_call_filter"]
+    assert attributes["history_proxy.tokens_before"] == int(raw.headers["x-history-tokens-before"])
+    assert attributes["history_proxy.tokens_after"] == int(raw.headers["x-history-tokens-after"])
+    assert attributes["history_proxy.upstreams_tried"] == ["openai"]
+    assert attributes["history_proxy.fallbacks"] == 0
+    assert attributes["history_proxy.cost.unfiltered"] == attributes["history_proxy.tokens_before"]
+    assert "history_proxy.cost.input" in attributes
+    assert root.resource["service.name"] == "proxy-under-test"
+    shape = rig.receiver.wait_for(lambda s: s.trace_id == trace_id and s.name == "history_proxy.shape")
+    assert [s.parent_span_id for s in shape] == [root.span_id]
+    filters = rig.receiver.wait_for(lambda s: s.trace_id == trace_id and s.name.startswith("filter "))
+    assert [(f.name, f.parent_span_id) for f in filters] == [("filter tool_call_filter", shape[0].span_id)]
+    assert filters[0].attributes["history_proxy.filter.messages_removed"] == 0
+    access = [line for line in rig.proxy.output().splitlines() if trace_id in line]
+    assert access and json.loads(access[-1][access[-1].index("{") :])["trace_id"] == trace_id
+
+
+def test_streamed_chat_completion_reports_usage_and_finish_reason(rig: Rig) -> None:
+    span, headers = client_span()
+    chunks = list(
+        rig.openai().chat.completions.create(
+            model="gpt-4o-mini",
+            messages=[{"role": "user", "content": "hi"}],
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_headers=headers,
+        )
+    )
+    span.end()
+    root = rig.root(span, "/v1/chat/completions")
+    usage = chunks[-1].usage
+    assert usage is not None
+    reasons = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert root.attributes[semconv.GEN_AI_RESPONSE_FINISH_REASONS] == reasons
+    assert root.attributes[semconv.GEN_AI_USAGE_OUTPUT_TOKENS] == usage.completion_tokens
+    assert root.attributes[semconv.GEN_AI_RESPONSE_ID] == chunks[0].id
+    assert root.attributes[semconv.GEN_AI_REQUEST_STREAM] is True
+
+
+def test_responses_call_is_a_span_with_the_conversation_it_names(rig: Rig) -> None:
+    span, headers = client_span()
+    answer = rig.openai().responses.create(
+        model="gpt-4o-mini",
+        input=f"hello {SECRET_TEXT}",
+        extra_headers={**headers, "X-Agent-Name": "researcher"},
+        extra_body={"conversation": "conv_abc"},
+    )
+    span.end()
+    attributes = rig.root(span, "/v1/responses").attributes
+    assert attributes["history_proxy.surface"] == "responses"
+    assert attributes[semconv.GEN_AI_CONVERSATION_ID] == "conv_abc"
+    assert attributes[semconv.GEN_AI_AGENT_NAME] == "researcher"
+    assert attributes[semconv.GEN_AI_RESPONSE_ID] == answer.id
+    assert attributes[semconv.GEN_AI_RESPONSE_FINISH_REASONS] == [answer.status]
+    assert answer.usage is not None
+    assert attributes[semconv.GEN_AI_USAGE_OUTPUT_TOKENS] == answer.usage.output_tokens
+
+
+def test_messages_call_streamed_is_a_span_with_anthropics_figures(rig: Rig) -> None:
+    span, headers = client_span()
+    client = anthropic.Anthropic(base_url=rig.proxy.url, api_key=CLIENT_KEY, max_retries=0)
+    with client.messages.stream(
+        model="claude-test-model",
+        max_tokens=100,
+        system="Be brief.",
+        messages=[{"role": "user", "content": f"hi {SECRET_TEXT}"}],
+        extra_headers={**headers, "X-Agent-Name": "writer"},
+    ) as stream:
+        final = stream.get_final_message()
+    span.end()
+    root = rig.root(span, "/v1/messages")
+    attributes = root.attributes
+    assert root.name == "chat claude-test-model"
+    assert attributes[semconv.GEN_AI_PROVIDER_NAME] == "anthropic"
+    assert attributes["history_proxy.surface"] == "messages"
+    assert attributes[semconv.GEN_AI_RESPONSE_ID] == final.id
+    assert attributes[semconv.GEN_AI_RESPONSE_FINISH_REASONS] == [final.stop_reason]
+    assert attributes[semconv.GEN_AI_USAGE_OUTPUT_TOKENS] == final.usage.output_tokens
+    usage = final.usage
+    total = (
+        usage.input_tokens + (usage.cache_read_input_tokens or 0) + (usage.cache_creation_input_tokens or 0)
+    )
+    assert attributes[semconv.GEN_AI_USAGE_INPUT_TOKENS] == total
+    assert attributes[semconv.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] == (usage.cache_read_input_tokens or 0)
+    assert attributes[semconv.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS] == (
+        usage.cache_creation_input_tokens or 0
+    )
+
+
+def test_a_request_without_traceparent_starts_a_new_trace(rig: Rig) -> None:
+    rig.openai().chat.completions.create(
+        model="gpt-4o-mini",
+        messages=[{"role": "user", "content": "alone"}],
+        extra_headers={"X-Request-Id": "solo-1"},
+    )
+    _, trace_id, parent, _ = rig.recorder.last("/v1/chat/completions")["headers"]["traceparent"].split("-")
+    root = proxy_span(rig.receiver, trace_id)
+    assert root.parent_span_id == ""
+    assert root.attributes["history_proxy.request_id"] == "solo-1"
+    assert rig.receiver.wait_for(lambda s: s.span_id == parent)[0].parent_span_id == root.span_id
+
+
+def test_a_summary_call_is_a_span_under_the_request(rig: Rig) -> None:
+    span, headers = client_span()
+    history: Any = [
+        {"role": "user", "content": "step one"},
+        {"role": "assistant", "content": "done one"},
+        {"role": "user", "content": "step two"},
+        {"role": "assistant", "content": "done two"},
+        {"role": "user", "content": "step three"},
+    ]
+    rig.openai().chat.completions.create(
+        model="gpt-4o-mini", messages=history, extra_headers={**headers, "X-Agent-Role": "planner"}
+    )
+    span.end()
+    trace_id = root_trace(span)
+    root = proxy_span(rig.receiver, trace_id)
+    summaries = rig.receiver.wait_for(lambda s: s.trace_id == trace_id and s.name.startswith("summary "))
+    assert [(s.name, s.parent_span_id) for s in summaries] == [("summary gpt-4o-mini", root.span_id)]
+    assert summaries[0].attributes["history_proxy.summary.outcome"] == "ok"
+
+
+def test_no_message_text_and_no_key_in_any_exported_span(proxy: Server, receiver: Receiver) -> None:
+    """Runs last in this module: every span the tests above made is in the receiver by now."""
+    assert receiver.wait_for(lambda s: s.name.startswith("chat"))
+    exported = b"".join(receiver.raw)
+    for secret in (SECRET_TEXT, CLIENT_KEY, UPSTREAM_KEY, "step one", "done two"):
+        assert secret.encode() not in exported
+    assert not any(genai.INPUT_MESSAGES in s.attributes for s in receiver.spans)
+
+
+def test_dropped_spans_are_counted_and_a_dead_collector_costs_requests_nothing(
+    recorder: tuple[Recorder, str],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    dead = f"http://127.0.0.1:{free_port()}/v1/traces"  # nothing listens there
+    for server in serve(tmp_path, recorder[1], f'{{enabled: true, endpoint: "{dead}"}}'):
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=CLIENT_KEY, max_retries=0)
+        for _ in range(3):
+            answer = client.chat.completions.create(
+                model="gpt-4o-mini", messages=[{"role": "user", "content": "x"}]
+            )
+            assert answer.choices[0].message.content
+        dropped = 0.0
+        for _ in range(100):
+            text = httpx.get(f"{server.url}/metrics").text
+            match = re.search(
+                r'history_proxy_telemetry_spans_dropped_total\{reason="export_failed"\} (\S+)', text
+            )
+            dropped = float(match.group(1)) if match else 0.0
+            if dropped >= 3:
+                break
+            time.sleep(0.1)
+        assert dropped >= 3  # at least the three requests' spans
+
+
+def test_telemetry_off_by_default_leaves_the_clients_traceparent_alone(
+    recorder: tuple[Recorder, str],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    for server in serve(tmp_path, recorder[1], "{}"):
+        _, headers = client_span()
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=CLIENT_KEY, max_retries=0)
+        client.chat.completions.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": "x"}], extra_headers=headers
+        )
+        assert recorder[0].last("/v1/chat/completions")["headers"]["traceparent"] == headers["traceparent"]
+        assert "history_proxy_telemetry" not in httpx.get(f"{server.url}/metrics").text
+
+
+def test_our_names_are_those_of_the_pinned_semantic_conventions() -> None:
+    pinned = {value for name, value in vars(semconv).items() if name.startswith("GEN_AI_")}
+    ours = {
+        value for name, value in vars(genai).items() if isinstance(value, str) and value.startswith("gen_ai.")
+    }
+    assert ours <= pinned
+    assert genai.PROVIDER == semconv.GEN_AI_PROVIDER_NAME
+    assert genai.latest_only("http,gen_ai_latest_experimental") and not genai.latest_only(None)
