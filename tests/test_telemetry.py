@@ -45,17 +45,21 @@ def receiver() -> Iterator[Receiver]:
     found.stop()
 
 
-def serve(folder: Path, upstream_url: str, telemetry: str) -> Iterator[Server]:
+def serve(folder: Path, upstream_url: str, telemetry: str, more_policies: str = "") -> Iterator[Server]:
     config = folder / "config.yaml"
+    dead = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
     config.write_text(
         f"""
 upstreams:
   openai: {{base_url: "{upstream_url}"}}
   claude: {{base_url: "{upstream_url}", api: anthropic, api_key: "{UPSTREAM_KEY}", cache_control: true}}
+  down: {{base_url: "{dead}", retries: 1}}
 routes:
   - {{model: "claude-*", upstream: claude}}
+  - {{model: "flaky-*", upstream: down, fallbacks: [openai]}}
+  - {{model: "gone-*", upstream: down}}
 telemetry: {telemetry}
-policies:
+policies:{more_policies}
   roles:
     trimmer: [{{type: tool_call_filter, exclude: [ls]}}]
     planner:
@@ -188,9 +192,10 @@ def test_chat_completion_continues_the_clients_trace_to_the_upstream(rig: Rig) -
     assert root.resource["service.name"] == "proxy-under-test"
     shape = rig.receiver.wait_for(lambda s: s.trace_id == trace_id and s.name == "history_proxy.shape")
     assert [s.parent_span_id for s in shape] == [root.span_id]
-    filters = rig.receiver.wait_for(lambda s: s.trace_id == trace_id and s.name.startswith("filter "))
-    assert [(f.name, f.parent_span_id) for f in filters] == [("filter tool_call_filter", shape[0].span_id)]
-    assert filters[0].attributes["history_proxy.filter.messages_removed"] == 0
+    events = shape[0].events
+    assert [e["name"] for e in events] == ["filter tool_call_filter"]
+    assert events[0]["history_proxy.filter.messages_removed"] == 0
+    assert events[0]["history_proxy.filter.at"] == "policies.roles.trimmer[0]"
     access = [line for line in rig.proxy.output().splitlines() if trace_id in line]
     assert access and json.loads(access[-1][access[-1].index("{") :])["trace_id"] == trace_id
 
@@ -307,6 +312,67 @@ def test_no_message_text_and_no_key_in_any_exported_span(proxy: Server, receiver
     for secret in (SECRET_TEXT, CLIENT_KEY, UPSTREAM_KEY, "step one", "done two"):
         assert secret.encode() not in exported
     assert not any(genai.INPUT_MESSAGES in s.attributes for s in receiver.spans)
+
+
+def test_retries_fallbacks_and_errors_are_attempt_spans_with_their_error_type(rig: Rig) -> None:
+    span, headers = client_span()
+    rig.openai().chat.completions.create(
+        model="flaky-model", messages=[{"role": "user", "content": "x"}], extra_headers=headers
+    )
+    root = proxy_span(rig.receiver, root_trace(span))
+    attempts = rig.receiver.wait_for(lambda s: s.trace_id == root.trace_id and s.name.startswith("upstream "))
+    attempts.sort(key=lambda s: s.attributes["history_proxy.attempt"])
+    assert [
+        (a.name, a.attributes.get("error.type"), a.attributes["history_proxy.fallback"]) for a in attempts
+    ] == [
+        ("upstream down", "ConnectError", False),
+        ("upstream down", "ConnectError", False),  # the retry
+        ("upstream openai", None, True),
+    ]
+    assert [a.status_code for a in attempts] == [2, 2, 0]  # ERROR, ERROR, UNSET
+    assert root.attributes["history_proxy.upstreams_tried"] == ["down", "openai"]
+    assert root.attributes["history_proxy.fallbacks"] == 1
+    assert root.attributes["history_proxy.attempts"] == 3
+    assert "error.type" not in root.attributes
+
+    span, headers = client_span()
+    with pytest.raises(openai.APIStatusError) as refused:
+        rig.openai().chat.completions.create(
+            model="gone-model", messages=[{"role": "user", "content": "x"}], extra_headers=headers
+        )
+    assert refused.value.status_code == 502
+    root = proxy_span(rig.receiver, root_trace(span))
+    assert root.attributes["error.type"] == "502"
+    assert root.status_code == 2
+
+
+def test_message_text_is_exported_only_when_asked_and_after_the_global_chain(
+    recorder: tuple[Recorder, str],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    receiver = Receiver().start()  # its own: the module's receiver must stay free of message text
+    telemetry = f'{{enabled: true, endpoint: "{receiver.endpoint}", capture_content: true}}'
+    strip = f"""
+  global: [{{type: remove_regex, remove: ["{SECRET_TEXT}"]}}]"""
+    for server in serve(tmp_path, recorder[1], telemetry, strip):
+        span, headers = client_span()
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=CLIENT_KEY, max_retries=0)
+        client.chat.completions.create(
+            model="gpt-4o-mini",
+            messages=[
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": f"remember {SECRET_TEXT} and {UPSTREAM_KEY}"},
+            ],
+            extra_headers=headers,
+        )
+        root = proxy_span(receiver, root_trace(span))
+        messages = json.loads(root.attributes[genai.INPUT_MESSAGES])
+        assert messages[0] == {"role": "system", "parts": [{"type": "text", "content": "Be brief."}]}
+        assert messages[1]["role"] == "user"
+        text = messages[1]["parts"][0]["content"]
+        assert text.startswith("remember ")
+        assert SECRET_TEXT not in text and UPSTREAM_KEY not in text  # the global chain, then redaction
+    receiver.stop()
 
 
 def test_dropped_spans_are_counted_and_a_dead_collector_costs_requests_nothing(
