@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from proxy.config.telemetry import TelemetryConfig
 from proxy.observability.genai import SCHEMA_URL
+from proxy.observability.otlp_wire import encode_spans
 
 log = logging.getLogger("history_proxy.telemetry")
 
@@ -37,6 +38,20 @@ _QUEUE_LOGGER = "opentelemetry.sdk._shared_internal"
 def sdk_disabled() -> bool:
     """``OTEL_SDK_DISABLED=true``: the SDK's own switch, which turns telemetry off whatever the config says."""
     return os.environ.get(SDK_DISABLED_ENV, "").strip().lower() == "true"
+
+
+class _WireExporter(OTLPSpanExporter):
+    """The SDK's OTLP/HTTP exporter (its endpoint, headers, TLS, compression, timeout and retries from
+    ``OTEL_EXPORTER_OTLP_*``) writing its requests with :func:`~proxy.observability.otlp_wire.encode_spans`.
+
+    Reaches into the exporter's ``_client`` and ``_shutdown`` (the version is pinned; the end-to-end
+    tests decode what it sends)."""
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if self._shutdown:
+            return SpanExportResult.FAILURE
+        sent = self._client.export(encode_spans(spans))
+        return SpanExportResult.SUCCESS if sent.success else SpanExportResult.FAILURE
 
 
 class _CountingExporter(SpanExporter):
@@ -99,7 +114,7 @@ def start_tracer(config: TelemetryConfig, registry: CollectorRegistry) -> tuple[
     resource = Resource.create({SERVICE_NAME: name})  # also reads OTEL_RESOURCE_ATTRIBUTES
     sampler = None if config.sample_ratio is None else ParentBased(TraceIdRatioBased(config.sample_ratio))
     provider = TracerProvider(resource=resource, sampler=sampler)  # sampler None: OTEL_TRACES_SAMPLER
-    exporter = _CountingExporter(OTLPSpanExporter(endpoint=config.endpoint), dropped, exported)
+    exporter = _CountingExporter(_WireExporter(endpoint=config.endpoint), dropped, exported)
     provider.add_span_processor(BatchSpanProcessor(exporter))
     logging.getLogger(_QUEUE_LOGGER).addFilter(_QueueFull(dropped))
     log.info("telemetry on: %s, service.name %s", config.describe(), name)
