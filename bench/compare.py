@@ -7,7 +7,8 @@
 stand-in (:mod:`bench.otlp_sink`) whose URL replaces ``{sink}`` in ``--env-old``/``--env-new``
 values: the same tree twice with other environments compares tracing off
 (``OTEL_SDK_DISABLED=true``), on with a live collector
-(``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT={sink}``) and on with a dead one (a port nobody listens on).
+(``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT={sink}``), on with a slow one (``--sink-delay-s``) and on
+with a dead one (a port nobody listens on).
 
 OLD and NEW are directories holding the project, e.g. ``git worktree add /tmp/old <commit>``. Each
 proxy runs from its own tree with this interpreter (``python -m proxy`` imports the ``proxy``
@@ -68,6 +69,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-pin", action="store_true", help="do not pin processes to cores")
     parser.add_argument("--results", type=Path, default=RESULTS_DIR)
     parser.add_argument("--telemetry", action="store_true", help="telemetry.enabled in the config; a sink")
+    parser.add_argument("--sink-delay-s", type=float, default=0.0, help="the sink answers after this long")
     parser.add_argument(
         "--env-old", nargs="*", default=[], metavar="K=V", help="environment of the old proxy"
     )
@@ -213,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="history-proxy-compare-")))
         runner = Runner(settings, workdir, stack)
         cpus, _ = runner.start_upstreams()
-        sink = stack.enter_context(Sink()) if args.telemetry else None
+        sink = stack.enter_context(Sink(args.sink_delay_s)) if args.telemetry else None
         if sink is not None:
             enable_telemetry(runner.config_path)
         ports = [procs.free_port() for _ in trees]

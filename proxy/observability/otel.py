@@ -4,16 +4,16 @@ the proxy's own (never the global one), batched OTLP/HTTP export and the dropped
 Spans are exported by the SDK's ``BatchSpanProcessor`` on its own thread: a request only appends its
 spans to a bounded queue (``OTEL_BSP_MAX_QUEUE_SIZE``, 2048). A collector that is down or slow costs
 dropped spans, never request time; they are counted in ``history_proxy_telemetry_spans_dropped_total``
-by ``reason``: ``queue_full`` (the queue was full when a span ended) or ``export_failed`` (the
-collector refused or could not be reached, after the exporter's own retries). Imported only when
-telemetry is on, so a proxy without it never loads the SDK.
+by ``reason``: ``queue_full`` (the queue was full when a span ended: it is dropped, no log line)
+or ``export_failed`` (the collector refused or could not be reached, after the exporter's own
+retries). Imported only when telemetry is on, so a proxy without it never loads the SDK.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Sequence, Sized
 
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
@@ -31,8 +31,6 @@ log = logging.getLogger("history_proxy.telemetry")
 
 DEFAULT_SERVICE_NAME = "history-proxy"
 SDK_DISABLED_ENV = "OTEL_SDK_DISABLED"
-_QUEUE_LOGGER = "opentelemetry.sdk._shared_internal"
-"""Where the SDK's batch processor says it dropped a span because its queue was full."""
 
 
 def sdk_disabled() -> bool:
@@ -81,19 +79,25 @@ class _CountingExporter(SpanExporter):
         return self._inner.force_flush(timeout_millis)
 
 
-class _QueueFull(logging.Filter):
-    """Counts the batch processor's "Queue full, dropping" warnings, and keeps them off the log:
-    one line per dropped span would cost the request path what the queue is there to spare it."""
+class _Batch(BatchSpanProcessor):
+    """The SDK's batch processor, dropping (and counting) a span at once when its queue is full.
 
-    def __init__(self, dropped: Counter) -> None:
-        super().__init__()
-        self._dropped = dropped
+    The SDK would drop the oldest span and log a warning for each one: a log record per span on
+    the request path, while the collector is down, is what the queue is there to spare requests.
+    Reaches into the processor's queue (the version is pinned; a test fills it)."""
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.getMessage().startswith("Queue full"):
-            self._dropped.labels("queue_full").inc()
-            return False
-        return True
+    def __init__(self, exporter: SpanExporter, dropped: Counter) -> None:
+        super().__init__(exporter)
+        self._dropped = dropped.labels("queue_full")
+        inner = self._batch_processor
+        self._queue: Sized = inner._queue
+        self._limit: int = inner._max_queue_size
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if len(self._queue) >= self._limit:
+            self._dropped.inc()
+            return
+        super().on_end(span)
 
 
 def start_tracer(config: TelemetryConfig, registry: CollectorRegistry) -> tuple[Tracer, TracerProvider]:
@@ -115,7 +119,6 @@ def start_tracer(config: TelemetryConfig, registry: CollectorRegistry) -> tuple[
     sampler = None if config.sample_ratio is None else ParentBased(TraceIdRatioBased(config.sample_ratio))
     provider = TracerProvider(resource=resource, sampler=sampler)  # sampler None: OTEL_TRACES_SAMPLER
     exporter = _CountingExporter(_WireExporter(endpoint=config.endpoint), dropped, exported)
-    provider.add_span_processor(BatchSpanProcessor(exporter))
-    logging.getLogger(_QUEUE_LOGGER).addFilter(_QueueFull(dropped))
+    provider.add_span_processor(_Batch(exporter, dropped))
     log.info("telemetry on: %s, service.name %s", config.describe(), name)
     return provider.get_tracer("history_proxy", schema_url=SCHEMA_URL), provider
