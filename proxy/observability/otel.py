@@ -31,6 +31,8 @@ log = logging.getLogger("history_proxy.telemetry")
 
 DEFAULT_SERVICE_NAME = "history-proxy"
 SDK_DISABLED_ENV = "OTEL_SDK_DISABLED"
+SHUTDOWN_TIMEOUT_MS = 3000
+"""How long a stopping process waits to export its last spans."""
 
 
 def sdk_disabled() -> bool:
@@ -98,6 +100,11 @@ class _Batch(BatchSpanProcessor):
             self._dropped.inc()
             return
         super().on_end(span)
+
+    def shutdown(self) -> None:
+        """Export what is queued, for at most :data:`SHUTDOWN_TIMEOUT_MS` (the SDK waits 30 s: a
+        stopping proxy must not hang on a dead collector)."""
+        self._batch_processor.shutdown(timeout_millis=SHUTDOWN_TIMEOUT_MS)
 
 
 def start_tracer(config: TelemetryConfig, registry: CollectorRegistry) -> tuple[Tracer, TracerProvider]:

@@ -71,8 +71,3 @@ class Telemetry:
         trace = CURRENT.get()
         if trace is not None and not trace.ended:
             trace.summary(upstream=upstream, model=model, outcome=outcome, status=status, seconds=seconds)
-
-    def shutdown(self) -> None:
-        """Export what is queued and stop (the provider also does it at exit)."""
-        if self.provider is not None:
-            self.provider.shutdown()
