@@ -21,8 +21,9 @@ from proxy.core.answer import AnswerFacts
 
 _NULL_USAGE = re.compile(rb'"usage"\s*:\s*null')
 """OpenAI's chunks before the last say ``"usage": null`` when usage was asked for: nothing to parse."""
-_FINISHED = b'"finish_reason":"'
-"""A chat completions chunk that ends a choice (the one before the usage chunk): read for its reason."""
+_FINISHED = (b'"finish_reason":"', b'"finish_reason": "')
+"""A chat completions chunk that ends a choice (the one before the usage chunk), compact JSON (OpenAI)
+or spaced (many compatible servers): read for its reason."""
 MAX_LINE_BYTES = 1 << 16
 """A line longer than this is not followed to its end (a usage event is well under 1 KiB)."""
 
@@ -110,7 +111,7 @@ class UsageTap:
             self._partial = joined[-JSON_TAIL_BYTES:]
             return
         data = self._partial + piece if self._partial else piece
-        if b"usage" not in data and _FINISHED not in data:
+        if b"usage" not in data and _FINISHED[0] not in data and _FINISHED[1] not in data:
             cut = data.rfind(b"\n")
             self._partial = data[cut + 1 :] if len(data) - cut <= MAX_LINE_BYTES else b""
             return
@@ -118,7 +119,9 @@ class UsageTap:
         self._partial = rest if len(rest) <= MAX_LINE_BYTES else b""
         for line in lines:
             if line.startswith(b"data:") and (
-                (b'"usage"' in line and not _NULL_USAGE.search(line)) or _FINISHED in line
+                (b'"usage"' in line and not _NULL_USAGE.search(line))
+                or _FINISHED[0] in line
+                or _FINISHED[1] in line
             ):
                 self._read(line[5:].strip())
 
