@@ -448,6 +448,26 @@ def test_a_dead_collector_costs_dropped_spans_counted_in_metrics(
             assert "Queue full" not in server.output()
 
 
+def test_sample_ratio_zero_records_only_what_the_client_sampled(
+    recorder: tuple[Recorder, str],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    receiver = Receiver().start()
+    telemetry = f'{{enabled: true, endpoint: "{receiver.endpoint}", sample_ratio: 0}}'
+    for server in serve(tmp_path, recorder[1], telemetry):
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=CLIENT_KEY, max_retries=0)
+        said: Any = [{"role": "user", "content": "x"}]
+        client.chat.completions.create(model="gpt-4o-mini", messages=said)
+        _, unsampled, _, flags = recorder[0].last("/v1/chat/completions")["headers"]["traceparent"].split("-")
+        assert int(flags, 16) & 1 == 0  # the context goes on, marked not sampled
+        span, headers = client_span()  # the client sampled its trace: parent-based, the proxy records too
+        client.chat.completions.create(model="gpt-4o-mini", messages=said, extra_headers=headers)
+        assert proxy_span(receiver, root_trace(span))
+        assert not [s for s in receiver.spans if s.trace_id == unsampled]
+        assert f'"trace_id":"{unsampled}"' in server.output()  # the access line has it all the same
+    receiver.stop()
+
+
 def test_telemetry_off_by_default_leaves_the_clients_traceparent_alone(
     recorder: tuple[Recorder, str],  # noqa: F811
     tmp_path: Path,
