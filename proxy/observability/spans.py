@@ -93,7 +93,7 @@ class RequestTrace:
         """An upstream attempt starts: its span, and the headers carrying its trace context."""
         fallback = bool(self._tried) and upstream != self._tried[0]
         self._tried.append(upstream)
-        if self._content is None:
+        if self._content is None and self._config.telemetry.capture_content:  # else never held
             self._content = content
         attributes: dict[str, Any] = {
             f"{genai.OURS}.upstream": upstream,
@@ -185,7 +185,7 @@ class RequestTrace:
             found[f"{genai.OURS}.overflow_retry"] = exchange.overflow_retry
         if exchange.overhead_ms is not None:
             found[f"{genai.OURS}.overhead_ms"] = round(exchange.overhead_ms, 3)
-        if self._config.telemetry.capture_content and self._content is not None:
+        if self._content is not None:
             found[genai.INPUT_MESSAGES] = self._content_text()
         return found
 
