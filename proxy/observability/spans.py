@@ -132,6 +132,7 @@ class RequestTrace:
     def summary(self, *, upstream: str | None, model: str, outcome: str, status: int, seconds: float) -> None:
         """A summary call made under this request (the ``summarize`` filter), as a span that just ended."""
         now = time.perf_counter()
+        target = self._config.upstreams.get(upstream or "")
         span = self._tracer.start_span(
             f"summary {model}",
             context=self._context,
@@ -139,6 +140,7 @@ class RequestTrace:
             start_time=self._ns(now - seconds),
             attributes={
                 genai.OPERATION: genai.OPERATION_NAME,
+                genai.PROVIDER: target.api if target is not None else "openai",
                 genai.REQUEST_MODEL: model,
                 f"{genai.OURS}.upstream": upstream or "",
                 f"{genai.OURS}.summary.outcome": outcome,
