@@ -215,7 +215,7 @@ class RequestTrace:
             self.span.set_status(Status(StatusCode.ERROR, kind))
 
     def _shape_spans(self, exchange: Exchange) -> None:
-        """The chain's span, with one event per filter (an event costs a tenth of a span to make)."""
+        """The chain's span, with one event per filter (an event is cheaper to make and export than a span)."""
         result = exchange.result
         if result is None:
             return

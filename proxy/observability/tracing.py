@@ -4,8 +4,8 @@ Off (``telemetry.enabled: false``, the default, or ``OTEL_SDK_DISABLED=true``): 
 and no span object is made; each hook is an attribute test. On: :meth:`Telemetry.begin` gives each
 model call (chat completions, Responses, Messages) a :class:`~proxy.observability.spans.RequestTrace`
 on ``exchange.trace``, which the upstream client tells of every attempt and
-:meth:`~proxy.observability.metrics.Metrics.finish` ends. The ``telemetry`` section is read when the
-process starts; a reload keeps the tracer it started with. See ``docs/telemetry.md``.
+:meth:`~proxy.observability.metrics.Metrics.finish` ends. The tracer is made when the process starts
+and a reload keeps it (``capture_content`` is read per request). See ``docs/telemetry.md``.
 """
 
 from __future__ import annotations
