@@ -27,6 +27,7 @@ from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as se
 from opentelemetry.trace import SpanKind, set_span_in_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from proxy.config.loading import ConfigError, json_schema, parse_config
 from proxy.observability import genai
 from tests.otlp_receiver import ReceivedSpan, Receiver
 from tests.test_end_to_end import Server, free_port, start
@@ -480,6 +481,18 @@ def test_telemetry_off_by_default_leaves_the_clients_traceparent_alone(
         )
         assert recorder[0].last("/v1/chat/completions")["headers"]["traceparent"] == headers["traceparent"]
         assert "history_proxy_telemetry" not in httpx.get(f"{server.url}/metrics").text
+
+
+def test_the_telemetry_section_is_strict_and_in_the_schema() -> None:
+    upstreams = {"mock": {"base_url": "mock://"}}
+    with pytest.raises(ConfigError) as refused:
+        parse_config({"upstreams": upstreams, "telemetry": {"enabled": True, "sampler": "always_on"}}, env={})
+    assert "telemetry.sampler" in str(refused.value.errors)
+    with pytest.raises(ConfigError):
+        parse_config({"upstreams": upstreams, "telemetry": {"sample_ratio": 2}}, env={})
+    properties = json_schema()["$defs"]["TelemetryConfig"]["properties"]
+    assert set(properties) == {"enabled", "endpoint", "service_name", "sample_ratio", "capture_content"}
+    assert parse_config({"upstreams": upstreams}, env={}).telemetry.enabled is False
 
 
 def test_our_names_are_those_of_the_pinned_semantic_conventions() -> None:
