@@ -6,7 +6,7 @@ spans to a bounded queue (``OTEL_BSP_MAX_QUEUE_SIZE``, 2048). A collector that i
 dropped spans, never request time; they are counted in ``history_proxy_telemetry_spans_dropped_total``
 by ``reason``: ``queue_full`` (the queue was full when a span ended: it is dropped, no log line)
 or ``export_failed`` (the collector refused or could not be reached, after the exporter's own
-retries). Imported only when telemetry is on, so a proxy without it never loads the SDK.
+retries). Imported only when telemetry is on (redis's client imports parts of the SDK's metrics on its own).
 """
 
 from __future__ import annotations

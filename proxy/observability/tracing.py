@@ -1,7 +1,7 @@
 """Telemetry for one app: whether model calls get spans, and the hooks the server calls.
 
-Off (``telemetry.enabled: false``, the default, or ``OTEL_SDK_DISABLED=true``): no SDK is imported
-and no span object is made; each hook is an attribute test. On: :meth:`Telemetry.begin` gives each
+Off (``telemetry.enabled: false``, the default, or ``OTEL_SDK_DISABLED=true``): the tracing modules are
+not imported and no span object is made; each hook is an attribute test. On: :meth:`Telemetry.begin` gives each
 model call (chat completions, Responses, Messages) a :class:`~proxy.observability.spans.RequestTrace`
 on ``exchange.trace``, which the upstream client tells of every attempt and
 :meth:`~proxy.observability.metrics.Metrics.finish` ends. The tracer is made when the process starts
