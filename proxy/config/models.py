@@ -27,6 +27,7 @@ from proxy.config.policies import PoliciesConfig, PolicyMode
 from proxy.config.pricing import PresetName, PricingConfig, default_pricing
 from proxy.config.strict import StrictModel
 from proxy.config.summaries import SummaryCacheConfig
+from proxy.config.telemetry import TelemetryConfig
 from proxy.core.cost import Pricing
 from proxy.core.messages import DEFAULT_COMPLETION_TOOLS
 from proxy.filters.base import Filter
@@ -207,6 +208,8 @@ class Config(StrictModel):
     See ``proxy.observability.logs.redact``.
     """
     summary_cache: SummaryCacheConfig = Field(default_factory=SummaryCacheConfig)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    """OpenTelemetry GenAI spans per model call (``docs/telemetry.md``); off by default."""
     context_windows: dict[str, PositiveInt] = Field(default_factory=dict)
     """Model glob -> context window in tokens, checked before the packaged table (``limit: 80%``)."""
     trusted_proxies: list[IPvAnyNetwork] = Field(default_factory=list)

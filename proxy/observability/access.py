@@ -114,6 +114,8 @@ class Exchange:
     """The input and prompt-cache tokens the upstream reported, when it did."""
     overflow_retry: int | None = None
     """The token budget a request refused as too long was fitted to and sent again with."""
+    trace: Any = None
+    """The model call's spans (:class:`proxy.observability.spans.RequestTrace`) when telemetry is on."""
 
     def elapsed_ms(self) -> float:
         return (time.perf_counter() - self.started) * 1000
@@ -188,6 +190,8 @@ class Exchange:
         fields["first_byte_ms"] = _rounded(self.first_byte_ms())
         fields["upstream_ms"] = None if sent is None else round((now - sent) * 1000, 2)
         fields["total_ms"] = round((now - self.started) * 1000, 2)
+        if self.trace is not None:  # joins the line to its trace
+            fields["trace_id"] = self.trace.trace_id
         if self.body is not None:
             fields["body"] = redact(self.body, secrets)
         return fields

@@ -39,6 +39,7 @@ from proxy.observability.logs import JsonMessage
 from proxy.observability.refetch import observe_refetches, refetch_counter
 from proxy.observability.role_hints import RoleHints
 from proxy.observability.summary_metrics import SummaryCollectors
+from proxy.observability.tracing import Telemetry
 
 __all__ = [
     "Exchange",
@@ -125,6 +126,7 @@ class Metrics(SummaryCollectors):
         self.role_hints = RoleHints(self.registry)
         self._add_summary_collectors()
         self._add_report_collectors(config)
+        self.telemetry = Telemetry(config.telemetry, self.registry)  # spans, ended by finish
         self._requests = Children(self.requests)
         self._tokens_before = Children(self.tokens_before)
         self._tokens_after = Children(self.tokens_after)
@@ -318,6 +320,8 @@ class Metrics(SummaryCollectors):
         if exchange.overhead_ms is not None:
             self.observe_overhead(exchange.overhead_ms / 1000)
         self._observe_report(exchange, role, upstream)
+        if exchange.trace is not None:
+            exchange.trace.end(exchange)
         if access_log.isEnabledFor(logging.INFO):  # no fields (or redacted body) for a line nobody sees
             self._write_access_line(exchange.fields(self._secrets))
 
@@ -347,6 +351,7 @@ class Metrics(SummaryCollectors):
     ) -> None:
         """Count one summary call, and log and count it as a request of role ``summarizer``."""
         self.summary_calls.labels(self.upstream_label(upstream), outcome).inc()
+        self.telemetry.summary_call(upstream, model, outcome, status, seconds)
         exchange = Exchange(
             uuid.uuid4().hex,
             "POST",

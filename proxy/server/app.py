@@ -125,7 +125,7 @@ class _Proxy:
     def begin(self, call: Call) -> Exchange:
         exchange = Exchange(request_id_for(call.headers), call.method, call.path, time.perf_counter())
         call.scope.setdefault("state", {})["exchange"] = exchange
-        return exchange
+        return self.metrics.telemetry.begin(exchange, call.headers, call.state.config)
 
     def identify(self, call: Call, exchange: Exchange) -> Identity:
         exchange.identity = resolve_identity(call.state.config, call.headers)
@@ -243,8 +243,7 @@ class _Proxy:
 
     def _route(self, call: Call, body: dict[str, Any], exchange: Exchange) -> list[str]:
         """The upstreams to try for ``body``'s model that the caller's key may reach (else 403)."""
-        model = body.get("model")
-        exchange.model = model if isinstance(model, str) and model else None
+        exchange.model = self.metrics.telemetry.requested(exchange, body)
         names = reachable_upstreams(
             call.state.config, call.headers, call.state.config.route(exchange.model or "")
         )
@@ -264,7 +263,7 @@ class _Proxy:
             call.state.config.trusted_proxies,
         )
         return await call.state.upstreams.open(
-            call.method, path, query=call.query, headers=headers, names=names, body=body
+            call.method, path, query=call.query, headers=headers, names=names, body=body, trace=exchange.trace
         )
 
     async def _respond(self, reply: UpstreamReply, exchange: Exchange, extra: dict[str, str]) -> Outgoing:
