@@ -16,13 +16,15 @@
 
 Upstream errors are never wrapped: their status and body pass through verbatim.
 
-Each API surface answers errors in its own shape: :data:`ERROR_SHAPES` maps a surface name to its
-renderer (``openai`` today); a new surface adds one entry and passes its name to
-:func:`render_error`.
+Each API answers errors in its own shape: :data:`ERROR_SHAPES` maps a shape name (``openai``,
+``anthropic``) to its renderer, and a stream that breaks off ends with that API's in-band event
+(:func:`chat_stream_error`, :func:`responses_stream_error`, :func:`messages_stream_error`). Which
+surface uses which is said once, in the surface table (:mod:`proxy.surfaces.table`).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -184,3 +186,27 @@ ERROR_SHAPES: dict[str, ErrorShape] = {OPENAI: openai_error, ANTHROPIC: anthropi
 def render_error(exc: ProxyError, surface: str = OPENAI) -> bytes:
     """``exc`` as the JSON error body ``surface``'s clients expect (compact UTF-8)."""
     return orjson.dumps(exc.body(surface))
+
+
+StreamError = Callable[[ProxyError], bytes]
+"""Renders the in-band SSE event a stream of one surface ends with when the upstream broke off."""
+
+
+def _compact(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def chat_stream_error(error: ProxyError) -> bytes:
+    """Chat completions: ``data: {"error": ...}`` then ``data: [DONE]``."""
+    return b"data: " + _compact(error.body()) + b"\n\ndata: [DONE]\n\n"
+
+
+def responses_stream_error(error: ProxyError) -> bytes:
+    """Responses: an ``error`` event (``{"type": "error", "code", "message", "param"}``)."""
+    event = {"type": "error", "code": error.code, "message": error.message, "param": error.param}
+    return b"event: error\ndata: " + _compact(event) + b"\n\n"
+
+
+def messages_stream_error(error: ProxyError) -> bytes:
+    """Messages: Anthropic's ``event: error`` with ``{"type": "error", "error": {"type", "message"}}``."""
+    return b"event: error\ndata: " + _compact(error.body(ANTHROPIC)) + b"\n\n"

@@ -15,6 +15,7 @@ import respx
 from proxy.config.loading import parse_config
 from proxy.config.models import Config, UpstreamConfig
 from proxy.errors import UpstreamTimeoutError, UpstreamUnavailableError
+from proxy.surfaces.table import BY_NAME
 from proxy.upstream.client import Upstreams, retry_after_s
 from proxy.upstream.headers import response_headers, upstream_authorization, wire_request_headers
 
@@ -336,7 +337,7 @@ async def test_a_surface_stream_that_breaks_ends_with_that_apis_own_error_event(
     )
     async with opened(make_config()) as upstreams:
         reply = await post(upstreams)
-        reply.surface = surface
+        reply.stream_error = BY_NAME[surface].stream_error
         received = b"".join([chunk async for chunk in reply.stream()])
     last = received.removeprefix(first).decode()
     assert last.startswith("event: error\ndata: ") and last.endswith("\n\n") and "[DONE]" not in last

@@ -16,10 +16,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -37,37 +35,32 @@ from proxy.errors import FilterError, MethodNotAllowedError, NotFoundError, Prox
 from proxy.observability.access import fresh_request_id
 from proxy.observability.memory import watch_memory
 from proxy.observability.metrics import Exchange, Metrics, request_id_for
-from proxy.pipeline.headers import history_headers
-from proxy.pipeline.run import Pipeline, PipelineResult
+from proxy.pipeline.run import Pipeline
 from proxy.server.body import (
     capped_stream,
     check_containers,
-    encode_json,
     has_body,
     model_of,
     read_body,
 )
-from proxy.server.caller import authorize_metrics, reachable_upstreams, resolve_identity
-from proxy.server.edge import Call, Edge, Outgoing, Relay, Whole, error_answer, route_path, scope_headers
-from proxy.server.forwarded import forwarded_headers
+from proxy.server.caller import authorize_metrics
+from proxy.server.edge import Call, Edge, Outgoing, Whole, error_answer, route_path, scope_headers
+from proxy.server.forwarding import Forwarder
 from proxy.server.gc_tuning import settle_gc
 from proxy.server.guard import CLIENT_CLOSED, RequestGuard
-from proxy.server.overflow import RETRY_HEADER, retry_if_overflow
+from proxy.server.handler import handle, preview
 from proxy.server.protocol import HEAD_LIMITS
 from proxy.server.reload import Reloader, ServingState, StateSwitch, authorize_admin, reload_on_sighup
-from proxy.server.surfaces import error_surface, previewed, surface_call
-from proxy.server.warm import counted_off_loop, read_request
 from proxy.summaries.cache import CachingSummarizer
 from proxy.summaries.store import memory_of, summary_backend
 from proxy.surfaces.memo import ViewMemo
+from proxy.surfaces.table import Surface, error_shape_of
 from proxy.upstream.client import Body, Upstreams
-from proxy.upstream.reply import UpstreamReply
 
 log = logging.getLogger("history_proxy")
-Headers = list[tuple[str, str]] | None
 
 
-class _Proxy:
+class _Proxy(Forwarder):
     """The app's handlers and what every serving state shares; each request reads its ``Call.state``."""
 
     def __init__(self, config: Config, config_path: str | None, *, settle_gc: bool = False) -> None:
@@ -120,88 +113,15 @@ class _Proxy:
             finally:
                 await self.states.latest.upstreams.stop()
 
-    # --- bookkeeping -------------------------------------------------------------------------
-
-    def begin(self, call: Call) -> Exchange:
-        exchange = Exchange(request_id_for(call.headers), call.method, call.path, time.perf_counter())
-        call.scope.setdefault("state", {})["exchange"] = exchange
-        return self.metrics.telemetry.begin(exchange, call.headers, call.state.config)
-
-    def identify(self, call: Call, exchange: Exchange) -> Identity:
-        exchange.identity = resolve_identity(call.state.config, call.headers)
-        return exchange.identity
-
-    def finish(self, exchange: Exchange, status: int | None = None) -> None:
-        """Count and log the request once, however it ended."""
-        self.metrics.finish(exchange, status)
-
     # --- routes ------------------------------------------------------------------------------
 
-    async def chat_completions(self, call: Call) -> Outgoing:
-        """``POST /v1/chat/completions``: filtered, forwarded (the edge calls it, never the router)."""
-        exchange = self.begin(call)
-        identity = self.identify(call, exchange)
-        names, forwarded, result = await self._shaped(call, exchange, identity)
-        reply = await self._open(call, exchange, "/chat/completions", names, forwarded)
-        headers = history_headers(result, identity.role)
-        retried = await retry_if_overflow(
-            reply,
-            forwarded,
-            lambda fitted: self._open(call, exchange, "/chat/completions", [reply.upstream], fitted),
-            config=call.state.config,
-            tokens=self.tokens,
-            metrics=self.metrics,
-            exchange=exchange,
-        )
-        if retried is not None:
-            reply, headers[RETRY_HEADER] = retried[0], str(retried[1])
-        return await self._respond(reply, exchange, headers)
+    async def handle(self, call: Call, surface: Surface) -> Outgoing:
+        """A shaped route (chat completions, Responses, Messages, count_tokens): the edge calls it."""
+        return await handle(self, call, surface)
 
-    surface = surface_call  # POST /v1/responses, /v1/messages, /v1/messages/count_tokens
-
-    async def _shaped(
-        self, call: Call, exchange: Exchange, identity: Identity
-    ) -> tuple[list[str], Body, PipelineResult]:
-        """The upstreams to try, the filtered body (encoded) and what the chain did.
-
-        Only the encoded body and the chain's figures outlive this call: the parsed messages are
-        freed before the upstream is reached (in a burst, thousands of requests wait there at
-        once), unless a fallback upstream places other cache marks and needs the chain run again.
-        """
-        config, pipeline = call.state.config, call.state.pipeline
-        body = await read_request(call)
-        names = self._route(call, body, exchange)
-        exchange.stream = body.get("stream") is True
-        if config.log_bodies:
-            exchange.body = body
-        result = await counted_off_loop(lambda: pipeline.run(body, identity, names[0]), body, self.tokens)
-        content = encode_json(result.body)
-        kept = exchange.result = result.without_messages()
-        marks = config.upstreams[names[0]].cache_control
-        if all(config.upstreams[name].cache_control == marks for name in names[1:]):
-            return names, content, kept
-
-        async def body_for(name: str) -> bytes:
-            if config.upstreams[name].cache_control == marks:
-                return content
-            return encode_json((await pipeline.run(body, identity, name)).body)  # other cache marks
-
-        return names, body_for, kept
-
-    async def preview(self, request: Request) -> Response:
-        call = Call.of(request)
-        exchange = self.begin(call)
-        identity = self.identify(call, exchange)
-        body = await read_request(call)
-        names = self._route(call, body, exchange)  # the caller's scope, as if forwarded (docs/hardening.md)
-        exchange.upstream = None  # nothing is forwarded
-        sent, result = await previewed(call, body, identity, names[0])
-        exchange.result = result
-        headers = {**history_headers(result, identity.role), "x-request-id": exchange.request_id}
-        content = encode_json({"body": sent, "report": result.report})  # JSONResponse fails on "\ud800"
-        response = Response(content, media_type="application/json", headers=headers)
-        self.finish(exchange, 200)
-        return response
+    async def preview(self, request: Request) -> Outgoing:
+        """``POST /v1/history/preview``: shaped as if forwarded, answered with the body and report."""
+        return await preview(self, Call.of(request))
 
     async def forward(self, request: Request) -> Outgoing:
         call = Call.of(request)
@@ -217,10 +137,10 @@ class _Proxy:
                 model = model_of(body)
             else:  # uploads go through unread, to the default upstream
                 body = capped_stream(call.headers, call.stream(), limit)
-        names = self._route(call, {"model": model}, exchange)
+        names = self.route(call, {"model": model}, exchange)
         raw_path = call.scope.get("raw_path") or call.path.encode()
-        reply = await self._open(call, exchange, raw_path.decode("latin-1").removeprefix("/v1"), names, body)
-        return await self._respond(reply, exchange, {})
+        reply = await self.open(call, exchange, raw_path.decode("latin-1").removeprefix("/v1"), names, body)
+        return await self.respond(reply, exchange, {})
 
     async def admin_reload(self, request: Request) -> Response:
         """Re-read the config file (admin tenants only); a bad file is a 400 and changes nothing."""
@@ -239,76 +159,12 @@ class _Proxy:
         content, media_type = self.metrics.render()
         return Response(content, media_type=media_type)
 
-    # --- forwarding --------------------------------------------------------------------------
-
-    def _route(self, call: Call, body: dict[str, Any], exchange: Exchange) -> list[str]:
-        """The upstreams to try for ``body``'s model that the caller's key may reach (else 403)."""
-        exchange.model = self.metrics.telemetry.requested(exchange, body)
-        names = reachable_upstreams(
-            call.state.config, call.headers, call.state.config.route(exchange.model or "")
-        )
-        exchange.upstream = names[0]
-        return names
-
-    async def _open(
-        self, call: Call, exchange: Exchange, path: str, names: list[str], body: Body, sent: Headers = None
-    ) -> UpstreamReply:
-        """Send the request upstream: ``sent`` headers (default: the client's) and this hop's forwarding."""
-        exchange.upstream_started = time.perf_counter()
-        client = call.scope.get("client")
-        headers = forwarded_headers(
-            call.header_items if sent is None else sent,
-            client[0] if client else "",
-            call.scope.get("scheme", "http"),
-            call.state.config.trusted_proxies,
-        )
-        return await call.state.upstreams.open(
-            call.method, path, query=call.query, headers=headers, names=names, body=body, trace=exchange.trace
-        )
-
-    async def _respond(self, reply: UpstreamReply, exchange: Exchange, extra: dict[str, str]) -> Outgoing:
-        exchange.upstream, exchange.attempts = reply.upstream, reply.attempts
-        exchange.status = reply.status_code
-        waited_ms = reply.wait_ms
-        response: Outgoing
-        if reply.ok and (exchange.stream or not reply.is_whole_json):
-            response = Relay(reply, lambda: self._streamed(reply, exchange))
-            if exchange.stream:
-                self.metrics.stream_opened(exchange)
-        else:  # error answers and whole JSON answers: read at once, sent verbatim in one write
-            read_started = time.perf_counter()
-            response = Whole(reply.status_code, await reply.read())
-            waited_ms += (time.perf_counter() - read_started) * 1000
-        exchange.overhead_ms = exchange.elapsed_ms() - waited_ms
-        if extra:
-            extra = {**extra, "x-history-overhead-ms": f"{exchange.overhead_ms:.2f}"}
-        ours = {**extra, "x-request-id": exchange.request_id}  # these replace the upstream's own
-        headers = response.headers  # only content-length so far
-        for name, value in reply.headers:
-            name = "x-upstream-request-id" if name == "x-request-id" else name
-            if name not in ours:
-                headers.append((name.encode("latin-1"), value.encode("latin-1")))
-        headers += [(name.encode("latin-1"), value.encode("latin-1")) for name, value in ours.items()]
-        if not reply.ok:
-            self.finish(exchange)
-        elif not isinstance(response, Relay):
-            self._streamed(reply, exchange)  # relayed whole: record it now
-        return response
-
-    def _streamed(self, reply: UpstreamReply, exchange: Exchange) -> None:
-        exchange.broken = reply.broken
-        exchange.first_byte_at = reply.first_byte_at
-        exchange.usage = reply.usage
-        if not reply.complete and not reply.broken:
-            exchange.status = CLIENT_CLOSED
-        self.finish(exchange)
-
     # --- errors ------------------------------------------------------------------------------
 
     def error_answer(self, scope: Scope, exc: ProxyError) -> Whole:
         """A ``ProxyError`` from any route in its surface's error shape, counted and logged once.
 
-        The shape is that of the API surface the request's path belongs to (:func:`error_surface`).
+        The shape is that of the API surface the request's path belongs to (:func:`error_shape_of`).
         """
         exchange = scope.get("state", {}).get("exchange")
         if not isinstance(exchange, Exchange):
@@ -319,7 +175,7 @@ class _Proxy:
             log.error("filter %s at %s failed (request %s)", exc.filter_type, exc.position, request_id)
         if exchange is not None:
             self.finish(exchange, exc.status_code)
-        return error_answer(exc, request_id, error_surface(route_path(scope)))
+        return error_answer(exc, request_id, error_shape_of(route_path(scope)))
 
     async def on_http_error(self, request: Request, exc: Exception) -> Response:
         """Starlette's own 404/405 become ``ProxyError``s, answered by the edge like every other."""

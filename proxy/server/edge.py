@@ -2,7 +2,7 @@
 
 :class:`Edge` wraps the app that :func:`proxy.server.app.create_app` builds, inside
 :class:`~proxy.server.guard.RequestGuard`. ``POST /v1/chat/completions`` and the surfaces' routes
-(:data:`SURFACE_PATHS`), under any root path, go from the ASGI scope straight to their handlers as
+(:data:`proxy.surfaces.table.BY_ROUTE`), under any root path, go from the ASGI scope straight to their handlers as
 a :class:`Call`, and their answers (:class:`Whole` or :class:`Relay`) straight to ``send``: no
 router, and no Starlette ``Request``, ``URL``, ``Headers`` or ``Response`` on the way; they have
 no other route. Every other request goes through Starlette's router; its handlers read a
@@ -23,14 +23,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from proxy.errors import OPENAI, InvalidRequestError, ProxyError, render_error
 from proxy.observability.access import Exchange
 from proxy.server.doors import normalise
+from proxy.surfaces.table import BY_ROUTE, Surface
 from proxy.upstream.reply import UpstreamReply
 
 if TYPE_CHECKING:
     from proxy.server.reload import ServingState
 
-CHAT_PATH = "/v1/chat/completions"
-SURFACE_PATHS = frozenset({"/v1/responses", "/v1/messages", "/v1/messages/count_tokens"})
-"""The Responses and Messages routes, also past the router (:meth:`EdgeProxy.surface`)."""
 SURFACE_KEY = "surface"
 """``scope["state"]`` key naming the API surface whose error shape a request's errors take."""
 
@@ -208,9 +206,7 @@ def check_path(scope: Scope) -> None:
 class EdgeProxy(Protocol):
     """What the edge needs from the app's handlers."""
 
-    async def chat_completions(self, call: Call) -> Outgoing: ...
-
-    async def surface(self, call: Call, route: str) -> Outgoing: ...
+    async def handle(self, call: Call, surface: Surface) -> Outgoing: ...
 
     def error_answer(self, scope: Scope, exc: ProxyError) -> Whole: ...
 
@@ -259,18 +255,14 @@ class Edge:
     async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Chat and the surfaces past the router, under any spelling of their paths (:mod:`doors`)."""
         try:
-            route = route_path(scope) if scope["method"] == "POST" else ""
-            if route == CHAT_PATH:
-                await self._chat(scope, receive, send)
-            elif route in SURFACE_PATHS:
-                await self._chat(scope, receive, send, route)
-            else:
+            surface = BY_ROUTE.get(route_path(scope)) if scope["method"] == "POST" else None
+            if surface is None:
                 check_path(scope)
-                route = normalise(scope, route_path(scope))
-                if route == CHAT_PATH or route in SURFACE_PATHS:
-                    await self._chat(scope, receive, send, None if route == CHAT_PATH else route)
-                else:
-                    await self.app(scope, receive, send)
+                surface = BY_ROUTE.get(normalise(scope, route_path(scope)))
+            if surface is not None:
+                await self._shaped(scope, receive, send, surface)
+            else:
+                await self.app(scope, receive, send)
         except RecursionError:  # JSON nested deeper than Python walks: the client's to fix
             raise InvalidRequestError(
                 "the request body nests objects or arrays too deeply for this proxy; send at most a few "
@@ -278,9 +270,9 @@ class Edge:
                 code="nesting_too_deep",
             ) from None
 
-    async def _chat(self, scope: Scope, receive: Receive, send: Send, surface: str | None = None) -> None:
+    async def _shaped(self, scope: Scope, receive: Receive, send: Send, surface: Surface) -> None:
         # the query string as Starlette reads it; there rarely is one, so its parser costs nothing here
         query = URL(scope=scope).query if scope.get("query_string") else ""
         call = Call(scope, receive, scope["path"], query)
-        answer = await (self.proxy.surface(call, surface) if surface else self.proxy.chat_completions(call))
+        answer = await self.proxy.handle(call, surface)
         await answer(scope, receive, send)

@@ -31,7 +31,7 @@ from proxy.observability.metrics import Exchange, request_id_for
 from proxy.server.caller import proxy_token, tenant_for_key
 from proxy.server.edge import error_answer, route_path, scope_headers
 from proxy.server.reload import StateSwitch
-from proxy.server.surfaces import error_surface
+from proxy.surfaces.table import error_shape_of
 
 log = logging.getLogger("history_proxy")
 
@@ -232,5 +232,5 @@ class RequestGuard:
         )
         error = OverloadedError(message, retry_after_s=OVERLOAD_RETRY_AFTER_S)
         self.proxy.finish(exchange, error.status_code)
-        surface = error_surface(route_path(scope))  # a Messages client gets Anthropic's shape
+        surface = error_shape_of(route_path(scope))  # a Messages client gets Anthropic's shape
         await error_answer(error, exchange.request_id, surface)(scope, receive, send)

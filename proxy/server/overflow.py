@@ -21,7 +21,7 @@ from proxy.observability.metrics import Exchange, Metrics
 from proxy.pipeline.overflow import fitted_budget, overflow_of
 from proxy.server.body import encode_json
 from proxy.surfaces.fit import fit, history_tokens
-from proxy.surfaces.shape import Surface
+from proxy.surfaces.table import CHAT, Surface
 from proxy.upstream.client import Body
 from proxy.upstream.reply import UpstreamReply
 
@@ -37,7 +37,7 @@ async def retry_if_overflow(
     tokens: TokenCounters,
     metrics: Metrics,
     exchange: Exchange,
-    surface: Surface = "chat",
+    surface: Surface = CHAT,
 ) -> tuple[UpstreamReply, int] | None:
     """The answer to the fitted request and its budget, when ``reply`` refused ``sent`` (a request of
     ``surface``) for length."""
@@ -66,10 +66,10 @@ async def retry_if_overflow(
 
 
 def _marks(config: Config, surface: Surface, upstream: str, exchange: Exchange) -> CacheControlSlot | None:
-    """The ``cache_control`` slot a fitted Messages request places its native marks with, as
+    """The ``cache_control`` slot a fitted request of a surface with native marks places them with, as
     :func:`proxy.surfaces.shape.shape` did for the first send (enforce mode, an upstream that takes them)."""
     target = config.upstreams.get(upstream)
     enforced = exchange.result is None or exchange.result.mode == "enforce"
-    if surface != "messages" or target is None or not target.cache_control or not enforced:
+    if not surface.native_marks or target is None or not target.cache_control or not enforced:
         return None
     return config.cache_control

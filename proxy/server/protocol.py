@@ -28,7 +28,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from proxy.config.models import LimitsConfig
 from proxy.errors import HeadersTooLargeError, ProxyError, RequestTimeoutError, render_error
 from proxy.observability.access import fresh_request_id
-from proxy.server.surfaces import error_surface
+from proxy.surfaces.table import error_shape_of
 
 log = logging.getLogger("history_proxy")
 
@@ -235,7 +235,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def _error_surface(self) -> str:
         """The error shape of the surface the request's target names, as far as it was read."""
         target = bytes(getattr(self, "url", b"") or b"").decode("latin-1")
-        return error_surface(target.partition("?")[0])
+        return error_shape_of(target.partition("?")[0])
 
     def _refuse(self, error: ProxyError) -> None:
         self._refusal = error

@@ -24,16 +24,16 @@ from proxy.filters.base import FilterContext
 from proxy.filters.cache_control import CacheControl
 from proxy.filters.token_limiter import TokenLimiter
 from proxy.pipeline import overflow
-from proxy.surfaces import messages, responses
 from proxy.surfaces._view import View
 from proxy.surfaces.marks import place_marks
-from proxy.surfaces.shape import Surface
+from proxy.surfaces.table import Surface, surface_of
 
 
-def history_tokens(surface: Surface, body: Any, tokens: TokenCounters) -> int | None:
+def history_tokens(surface: Surface | str, body: Any, tokens: TokenCounters) -> int | None:
     """``body``'s history by our count (a chat body's messages, else its view), or ``None`` when the
     proxy may not cut it."""
-    if surface == "chat":
+    surface = surface_of(surface)
+    if surface.body_is_view:
         history = body.get("messages") if isinstance(body, dict) else None
     else:
         view = _view(surface, body, tokens)
@@ -44,7 +44,7 @@ def history_tokens(surface: Surface, body: Any, tokens: TokenCounters) -> int | 
 
 
 def fit(
-    surface: Surface,
+    surface: Surface | str,
     body: Any,
     budget: int,
     tokens: TokenCounters,
@@ -54,9 +54,11 @@ def fit(
     """``body`` cut to ``budget`` tokens of its history, as its own API's request, or ``None`` when
     no smaller valid request can be built.
 
-    ``marks``: the ``cache_control`` slot to place native marks with again (Messages only).
+    ``marks``: the ``cache_control`` slot to place native marks with again (a surface with native marks).
     """
-    if surface == "chat":
+    surface = surface_of(surface)
+    rebuild = surface.rebuild
+    if rebuild is None:  # chat completions: cut as they are
         return overflow.fit(body, budget, tokens) if isinstance(body, dict) else None
     view = _view(surface, body, tokens)
     if view is None:
@@ -65,21 +67,19 @@ def fit(
     kept = limiter.apply(view.messages, FilterContext(model=_model(body), tokens=tokens.for_request()))
     if len(kept) == len(view.messages) or broken_invariants(view.messages, kept):
         return None
-    if surface == "responses":
-        return responses.rebuild(body, view, kept)
-    fitted = messages.rebuild(body, view, kept)
-    return place_marks(fitted, marks) if marks is not None else fitted
+    fitted = rebuild(body, view, kept)
+    return place_marks(fitted, marks) if marks is not None and surface.native_marks else fitted
 
 
 def _view(surface: Surface, body: Any, tokens: TokenCounters) -> View | None:
     """A Responses or Messages body's view, or ``None`` when there is no history the proxy may cut."""
-    if not isinstance(body, dict):
+    to_view = surface.to_view
+    if not isinstance(body, dict) or to_view is None:
         return None
-    if surface == "responses" and responses.provider_state(body) is not None:
+    if surface.provider_state is not None and surface.provider_state(body) is not None:
         return None
     try:
-        counter = tokens.get(model=_model(body))
-        return responses.to_view(body, counter) if surface == "responses" else messages.to_view(body, counter)
+        return to_view(body, tokens.get(model=_model(body)), None)
     except InvalidRequestError:
         return None
 

@@ -1,27 +1,25 @@
 """One entry for every surface: which surface a body is, and its native request after the caller's chain.
 
 ``shape(surface, pipeline, body, identity, upstream)`` runs the chain over the surface's view and
-rebuilds the native body (:mod:`proxy.surfaces.responses`, :mod:`proxy.surfaces.messages`); chat
-completions are the view itself and go through :meth:`proxy.pipeline.run.Pipeline.run` directly.
+rebuilds the native body with the surface's own adapter (its row in :mod:`proxy.surfaces.table`);
+chat completions are the view itself and go through :meth:`proxy.pipeline.run.Pipeline.run`.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from proxy.core.identity import Identity
 from proxy.errors import InvalidRequestError
 from proxy.pipeline.run import Pipeline
-from proxy.surfaces import messages, responses
 from proxy.surfaces._view import REF, Shaped, run_view, unfiltered
 from proxy.surfaces.marks import place_marks
 from proxy.surfaces.memo import ViewMemo
-from proxy.surfaces.messages_valid import valid_for_messages
 from proxy.surfaces.provider_held import provider_held
+from proxy.surfaces.table import BY_NAME, NAMES, Surface, SurfaceName, surface_of
 
-Surface = Literal["chat", "responses", "messages"]
-SURFACES: tuple[Surface, ...] = ("chat", "responses", "messages")
-PATHS: dict[Surface, str] = {"chat": "/chat/completions", "responses": "/responses", "messages": "/messages"}
+__all__ = ["Surface", "SurfaceName", "as_chat", "detect", "preview", "shape", "surface_named"]
+
 ANTHROPIC_ONLY_KEYS = frozenset({"system", "stop_sequences", "thinking", "top_k", "anthropic_version"})
 ANTHROPIC_BLOCKS = (
     "tool_use",
@@ -34,17 +32,8 @@ ANTHROPIC_BLOCKS = (
 )
 """A tuple, not a set: a hostile block ``type`` may be unhashable."""
 
-NOTHING_TO_SHAPE = "messages:no_user_or_assistant_message"
-"""The note of a Messages request whose messages are all pinned (forwarded unfiltered)."""
 
-SPEAKS: dict[str, frozenset[Surface]] = {
-    "openai": frozenset({"chat", "responses"}),
-    "anthropic": frozenset({"chat", "messages"}),
-}
-"""The surfaces an upstream of each ``api`` serves (Anthropic also serves OpenAI-compatible chat)."""
-
-
-def detect(body: Any) -> Surface:
+def detect(body: Any) -> SurfaceName:
     """Which surface a request body is written for (for previews and replays that are not told)."""
     if not isinstance(body, dict):
         return "chat"
@@ -66,17 +55,18 @@ def detect(body: Any) -> Surface:
 def surface_named(name: str | None, body: Any) -> Surface:
     """The surface ``name`` (``chat``, ``responses``, ``messages``), or the detected one when none is given."""
     if name is None or name == "":
-        return detect(body)
-    if name not in SURFACES:
-        raise InvalidRequestError(f"unknown api {name!r}: use one of {', '.join(SURFACES)}", param="api")
-    return name
+        return BY_NAME[detect(body)]
+    if name not in NAMES:
+        raise InvalidRequestError(f"unknown api {name!r}: use one of {', '.join(NAMES)}", param="api")
+    return BY_NAME[name]
 
 
-def as_chat(surface: Surface, body: Any) -> Any:
+def as_chat(surface: Surface | str, body: Any) -> Any:
     """A body of any surface as a chat-completions body of its view (for replays); chat bodies as they are."""
-    if surface == "chat" or not isinstance(body, dict):
+    to_view = surface_of(surface).to_view
+    if to_view is None or not isinstance(body, dict):
         return body
-    view = (responses.to_view(body) if surface == "responses" else messages.to_view(body)).messages
+    view = to_view(body, None, None).messages
     plain = [{key: value for key, value in m.items() if key != REF} for m in view]
     return {"model": body.get("model") or "", "messages": plain}
 
@@ -89,7 +79,7 @@ async def preview(pipeline: Pipeline, body: Any, identity: Identity, api: str | 
 
 
 async def shape(
-    surface: Surface,
+    surface: Surface | str,
     pipeline: Pipeline,
     body: Any,
     identity: Identity,
@@ -98,56 +88,59 @@ async def shape(
 ) -> Shaped:
     """The native body to send for ``body`` after ``identity``'s chain, and what the chain did.
 
-    ``memo``: the views of recent conversations, so a request converts only what its previous one
-    did not have (:mod:`proxy.surfaces.memo`).
+    ``surface``: a row of :mod:`proxy.surfaces.table`, or an API's name. ``memo``: the views of
+    recent conversations, so a request converts only what its previous one did not have
+    (:mod:`proxy.surfaces.memo`).
     """
+    surface = surface_of(surface)
     if not isinstance(body, dict):
         raise InvalidRequestError("the request body must be a JSON object")
     model = body.get("model")
     if model is not None and not isinstance(model, str):
-        wording = (
-            "model: Input should be a valid string" if surface == "messages" else "'model' must be a string"
-        )
-        raise InvalidRequestError(wording, param="model")  # Anthropic's words on its surface
+        raise InvalidRequestError(surface.model_type_error, param="model")
     model = model or ""
     if memo is not None and memo.max_messages == 0:
         memo = None
-    if surface == "chat":
+    to_view, rebuild = surface.to_view, surface.rebuild
+    if to_view is None or rebuild is None:  # chat completions: the body is its own view
         result = await pipeline.run(body, identity, upstream)
         return Shaped(result.body, result)
-    if surface == "responses":
-        view = responses.to_view(body, pipeline.tokens.get(model=model), memo)
-        state = responses.provider_state(body)
-        if state is not None:
-            return provider_held(pipeline, body, view, model, identity, upstream, state)
-        if not view.messages:  # no history to shape (an empty or absent input): the upstream judges
-            return unfiltered(pipeline, body, view, model, identity, surface, "no_input")
-        return await run_view(
-            pipeline,
-            view,
-            model,
-            identity,
-            upstream,
-            lambda sent: responses.rebuild(body, view, sent),
-            surface,
-        )
-    view = messages.to_view(body, pipeline.tokens.get(model=model), memo)
-    if not view.messages:  # only pinned messages: nothing a chain may shape, forwarded as it came
-        shaped = unfiltered(pipeline, body, view, model, identity, surface, "")
-        shaped.result.report["notes"][-1] = NOTHING_TO_SHAPE
-        return shaped
+    view = to_view(body, pipeline.tokens.get(model=model), memo)
+    state = surface.provider_state(body) if surface.provider_state is not None else None
+    if state is not None:
+        return provider_held(pipeline, body, view, model, identity, upstream, state)
+    if not view.messages:  # nothing a chain may shape: forwarded as it came, the upstream judges
+        return _unshaped(surface, pipeline, body, view, model, identity)
+    validate = surface.validate
     shaped = await run_view(
         pipeline,
         view,
         model,
         identity,
         upstream,
-        lambda sent: valid_for_messages(body, messages.rebuild(body, view, sent)),
-        surface,
+        (lambda sent: rebuild(body, view, sent))
+        if validate is None
+        else (lambda sent: validate(body, rebuild(body, view, sent))),
+        surface.name,
     )
+    if surface.native_marks:
+        _mark(pipeline, shaped, upstream, unmarked_messages=view.first_mark is None)
+    return shaped
+
+
+def _unshaped(
+    surface: Surface, pipeline: Pipeline, body: dict[str, Any], view: Any, model: str, identity: Identity
+) -> Shaped:
+    """A request whose view is empty, forwarded unfiltered with its surface's note."""
+    shaped = unfiltered(pipeline, body, view, model, identity, surface.name, "")
+    shaped.result.report["notes"][-1] = surface.empty_note
+    return shaped
+
+
+def _mark(pipeline: Pipeline, shaped: Shaped, upstream: str | None, *, unmarked_messages: bool) -> None:
+    """Native ``cache_control`` marks on ``shaped``'s body, for an upstream that takes them (enforce mode)."""
     slot = pipeline.config.cache_control
     target = pipeline.config.upstreams.get(upstream or "")
     if slot is not None and target is not None and target.cache_control and shaped.result.mode == "enforce":
-        shaped.body = place_marks(shaped.body, slot, unmarked_messages=view.first_mark is None)
+        shaped.body = place_marks(shaped.body, slot, unmarked_messages=unmarked_messages)
         shaped.result.body = shaped.body
-    return shaped

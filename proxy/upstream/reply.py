@@ -1,6 +1,6 @@
 """One upstream answer as the server relays it: status, end-to-end headers, whole or streamed body.
 
-A failure after the first byte of an SSE answer goes in-band (:func:`sse_error_event`); any other
+A failure after the first byte of an SSE answer goes in-band (:attr:`UpstreamReply.stream_error`); any other
 body that breaks off is marked :attr:`UpstreamReply.broken` and the server ends the client's answer
 without its proper end, so the client can tell. Transport errors become the proxy's 502/504 errors
 (:func:`transport_error`). Bodies read whole are read under a cap (:meth:`UpstreamReply.read`).
@@ -20,7 +20,13 @@ import httpx
 
 from proxy.core.answer import AnswerFacts
 from proxy.core.usage import CacheUsage, UsageTap, usage_of_json
-from proxy.errors import ProxyError, UpstreamTimeoutError, UpstreamUnavailableError
+from proxy.errors import (
+    ProxyError,
+    StreamError,
+    UpstreamTimeoutError,
+    UpstreamUnavailableError,
+    chat_stream_error,
+)
 from proxy.upstream.headers import decode_headers, response_headers
 from proxy.upstream.transport import Answer, LeanAnswer, TLSVerificationError
 
@@ -30,22 +36,6 @@ WHOLE_ANSWER_BYTES = 8 * 1024 * 1024
 """A successful JSON answer declaring at most this length is read whole, then sent in one write."""
 ERROR_BODY_BYTES = 1024 * 1024
 """Most bytes of an error answer's body read (they are read whole); a longer one is a 502."""
-
-
-def sse_error_event(error: ProxyError, surface: str = "chat") -> bytes:
-    """The in-band error event a stream of ``surface`` ends with when the upstream broke off.
-
-    Chat completions: ``data: {"error": ...}`` then ``data: [DONE]``; Responses: an ``error`` event
-    (``{"type": "error", "code", "message", "param"}``); Messages: Anthropic's ``event: error`` with
-    ``{"type": "error", "error": {"type", "message"}}``.
-    """
-    if surface == "responses":
-        event = {"type": "error", "code": error.code, "message": error.message, "param": error.param}
-        return b"event: error\ndata: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n"
-    if surface == "messages":
-        body = json.dumps(error.body("anthropic"), separators=(",", ":")).encode()
-        return b"event: error\ndata: " + body + b"\n\n"
-    return b"data: " + json.dumps(error.body(), separators=(",", ":")).encode() + b"\n\ndata: [DONE]\n\n"
 
 
 @dataclass
@@ -64,9 +54,9 @@ class UpstreamReply:
     """Set when the whole body was relayed."""
     first_byte_at: float | None = field(default=None, init=False)
     """When :meth:`stream` received the first piece of the body (``time.perf_counter``)."""
-    surface: str = field(default="chat", init=False)
-    """The API surface the answer is relayed on (``chat``, ``responses``, ``messages``): the shape of
-    an in-band error event."""
+    stream_error: StreamError = field(default_factory=lambda: chat_stream_error, init=False)
+    """The in-band error event of the surface the answer is relayed on (its
+    :attr:`proxy.surfaces.table.Surface.stream_error`; chat completions' by default)."""
     usage: CacheUsage | None = field(default=None, init=False)
     """The input and prompt-cache tokens the answer reported (JSON body or the stream's usage event)."""
     _facts: AnswerFacts | None = field(default=None, init=False, repr=False)
@@ -182,7 +172,7 @@ class UpstreamReply:
             error = transport_error(self.upstream, exc, mid_stream=True)
             if self.is_sse:
                 log.warning("upstream %s broke off mid-stream: %s", self.upstream, error.message)
-                yield sse_error_event(error, self.surface)
+                yield self.stream_error(error)
             else:
                 log.warning(
                     "upstream %s broke off mid-answer: %s; the client's connection is dropped",
