@@ -185,7 +185,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 def cmd_mock_upstream(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from proxy.devtools.mock_upstream import create_mock_app
+    from proxy.mock.upstream import create_mock_app
 
     app = create_mock_app(chunks=args.chunks, chunk_delay_s=args.chunk_delay_ms / 1000)
     print(f"history-proxy mock upstream on http://{args.host}:{args.port}/v1", flush=True)

@@ -2,7 +2,8 @@
 
 Each package imports only the packages below it (``ALLOWED``); messages, encodings, tokens and errors
 are leaves; filters know nothing of HTTP; only upstream/ is an HTTP client and only server/ and the
-devtools' mock serve HTTP; no module passes 400 lines.
+built-in mock (mock/) serve HTTP; the forwarding client never imports the mock (the server starts
+it); no module passes 400 lines.
 """
 
 from __future__ import annotations
@@ -80,8 +81,19 @@ ALLOWED = {
     "surfaces": {"core", "errors", "filters", "config", "pipeline"},
     "observability": {"core", "filters", "config", "pipeline"},
     "devtools": {"core", "errors", "pipeline", "observability", "surfaces"},
-    "upstream": {"core", "errors", "config", "devtools"},
-    "server": {"core", "errors", "config", "pipeline", "summaries", "observability", "upstream", "surfaces"},
+    "mock": {"core", "errors", "observability", "surfaces"},
+    "upstream": {"core", "errors", "config"},
+    "server": {
+        "core",
+        "errors",
+        "config",
+        "pipeline",
+        "summaries",
+        "observability",
+        "upstream",
+        "surfaces",
+        "mock",
+    },
     "cli": {
         "core",
         "errors",
@@ -89,6 +101,7 @@ ALLOWED = {
         "pipeline",
         "observability",
         "devtools",
+        "mock",
         "server",
         "surfaces",
         "serve",
@@ -161,8 +174,8 @@ def test_filters_import_only_the_stdlib_pydantic_and_the_message_helpers(module:
     [
         # the upstream package is the only HTTP client; the server and the mock are the only HTTP servers
         ("httpx", {"upstream"}),
-        ("starlette", {"server", "devtools"}),
-        ("uvicorn", {"server", "devtools", "cli", "serve"}),
+        ("starlette", {"server", "mock"}),
+        ("uvicorn", {"server", "mock", "cli", "serve"}),
     ],
 )
 def test_only_the_http_edges_import_http_libraries(library: str, packages: set[str]) -> None:

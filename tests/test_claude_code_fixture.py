@@ -22,7 +22,7 @@ import pytest
 
 from proxy.core.identity import Identity
 from proxy.core.tokens import TokenCounters
-from proxy.devtools.mock_strict import messages_refusal
+from proxy.mock.strict import messages_refusal
 from proxy.pipeline.run import Pipeline
 from proxy.surfaces.memo import ViewMemo
 from proxy.surfaces.shape import shape

@@ -20,9 +20,9 @@ import yaml
 from proxy.config.models import Config
 from proxy.core.identity import Identity
 from proxy.core.tokens import TokenCounters
-from proxy.devtools.mock_strict import messages_refusal
 from proxy.errors import InvalidRequestError
 from proxy.filters.cache_control import CacheControl
+from proxy.mock.strict import messages_refusal
 from proxy.pipeline.run import Pipeline
 from proxy.server.app import create_app
 from proxy.surfaces import messages

@@ -6,8 +6,9 @@ import json
 from typing import Any
 
 from proxy.core.messages import Message
-from proxy.devtools.mock_cache import PromptCache
-from proxy.devtools.mock_upstream import approximate_tokens, cache_report, create_mock_app
+from proxy.mock.cache import PromptCache
+from proxy.mock.common import approximate_tokens, cache_report
+from proxy.mock.upstream import create_mock_app
 from tests.factories import assistant, system, user
 from tests.test_mock_upstream import send
 

@@ -8,7 +8,7 @@ import httpx
 import openai
 import pytest
 
-from proxy.devtools.mock_upstream import create_mock_app
+from proxy.mock.upstream import create_mock_app
 from tests.test_mock_upstream import send
 
 CALL = {"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}

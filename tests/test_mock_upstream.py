@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 from starlette.applications import Starlette
 
-from proxy.devtools.mock_upstream import create_mock_app
+from proxy.mock.upstream import create_mock_app
 from tests.factories import action, assistant, result, system, user
 
 

@@ -27,7 +27,7 @@ from starlette.types import Receive, Scope, Send
 
 from proxy.config.loading import parse_config
 from proxy.core.tokens import TokenCounters
-from proxy.devtools.mock_upstream import create_mock_app
+from proxy.mock.upstream import create_mock_app
 from proxy.server.app import create_app
 from proxy.surfaces import messages as anthropic_surface
 from proxy.surfaces import responses as responses_surface

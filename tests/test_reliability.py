@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.config.loading import parse_config
 from proxy.config.models import Config
-from proxy.devtools.mock_upstream import create_mock_app
+from proxy.mock.upstream import create_mock_app
 from proxy.server.app import create_app
 
 pytestmark = pytest.mark.anyio

@@ -22,7 +22,7 @@ import pytest
 import uvicorn
 from starlette.types import Message, Receive, Scope, Send
 
-from proxy.devtools.mock_upstream import create_mock_app
+from proxy.mock.upstream import create_mock_app
 from tests.test_end_to_end import Server, free_port, start
 
 UPSTREAM_KEY = "sk-ant-upstream-key"

@@ -15,6 +15,7 @@ import respx
 from proxy.config.loading import parse_config
 from proxy.config.models import Config, UpstreamConfig
 from proxy.errors import UpstreamTimeoutError, UpstreamUnavailableError
+from proxy.mock.server import MockUpstreamServer
 from proxy.surfaces.table import BY_NAME
 from proxy.upstream.client import Upstreams, retry_after_s
 from proxy.upstream.headers import response_headers, upstream_authorization, wire_request_headers
@@ -46,7 +47,7 @@ def make_config(retries: int = 0, **main: Any) -> Config:
 
 @asynccontextmanager
 async def opened(config: Config) -> AsyncIterator[Upstreams]:
-    upstreams = Upstreams(config, backoff_s=0.001)
+    upstreams = Upstreams(config, backoff_s=0.001, mock=MockUpstreamServer)
     await upstreams.start()
     try:
         yield upstreams

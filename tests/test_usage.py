@@ -13,7 +13,7 @@ import pytest
 import respx
 
 from proxy.core.usage import CacheUsage, UsageTap, usage_of_json
-from proxy.devtools.mock_upstream import approximate_tokens
+from proxy.mock.common import approximate_tokens
 from tests.factories import system, user
 from tests.test_access_log import COMPLETION, MAIN, access_lines, conversation, make_config, serve
 from tests.upstream_respx import UPSTREAM_MOCKER

@@ -14,6 +14,9 @@ from typing import Any
 
 from proxy.core.messages import Message
 
+SUMMARY_PURPOSE = "summary"
+"""``x-history-purpose`` of the proxy's own summary requests (the built-in mock answers them with a summary)."""
+
 VIEW_REF = "history_ref"
 """The view message's key holding the index of its native unit (internal: never sent anywhere)."""
 NATIVE_PART = "history_native"

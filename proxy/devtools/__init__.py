@@ -1,1 +1,1 @@
-"""Tools around the proxy: replay and the built-in mock upstream."""
+"""Tools around the proxy: replay (the built-in mock upstream is :mod:`proxy.mock`)."""

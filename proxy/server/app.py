@@ -32,6 +32,7 @@ from proxy.config.models import CONFIG_ENV, Config
 from proxy.core.identity import Identity
 from proxy.core.tokens import TokenCounters
 from proxy.errors import FilterError, MethodNotAllowedError, NotFoundError, ProxyError
+from proxy.mock.server import MockUpstreamServer
 from proxy.observability.access import fresh_request_id
 from proxy.observability.memory import watch_memory
 from proxy.observability.metrics import Exchange, Metrics, request_id_for
@@ -67,7 +68,7 @@ class _Proxy(Forwarder):
         self.config_path = config_path
         self._settles_gc = settle_gc
         self.metrics = Metrics(config)
-        upstreams = Upstreams(config)
+        upstreams = Upstreams(config, mock=MockUpstreamServer)  # started when an upstream is mock://
         backend = summary_backend(config.summary_cache, self.metrics)
         self.summaries = CachingSummarizer(upstreams, backend, recorder=self.metrics)
         self.tokens = TokenCounters(max_bytes=config.limits.token_cache_bytes)  # read once, at start

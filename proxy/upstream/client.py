@@ -21,7 +21,7 @@ What a client sees for each outcome of :meth:`Upstreams.open` and :meth:`Upstrea
                                               the answer's end (``UpstreamReply.cut_off``)
 
 This module and :mod:`proxy.upstream.pools` (the connections) import httpx; ``app.py`` turns an
-:class:`UpstreamReply` into a response; the built-in mock runs in :mod:`proxy.devtools.mock_server`.
+:class:`UpstreamReply` into a response; the built-in mock runs in :mod:`proxy.mock.server`.
 """
 
 from __future__ import annotations
@@ -42,8 +42,7 @@ import httpx
 
 from proxy.config.models import Config
 from proxy.core.messages import Message, strip_annotations
-from proxy.devtools.mock_server import MockUpstreamServer
-from proxy.devtools.mock_upstream import SUMMARY_PURPOSE
+from proxy.core.summary_input import SUMMARY_PURPOSE
 from proxy.errors import InvalidRequestError, ProxyError, UpstreamUnavailableError
 from proxy.upstream.headers import (
     upstream_authorization,
@@ -100,24 +99,41 @@ def retry_after_s(headers: httpx.Headers) -> float | None:
         return None if moment is None else max(0.0, email.utils.mktime_tz(moment) - time.time())
 
 
+class LocalMock(Protocol):
+    """A built-in mock upstream served on a local port (:class:`proxy.mock.server.MockUpstreamServer`)."""
+
+    base_url: str
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
 class Upstreams:
     """The shared client and the built-in mock; sends requests to named upstreams."""
 
-    def __init__(self, config: Config, *, backoff_s: float = 0.25, max_retry_wait_s: float = 8.0) -> None:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        backoff_s: float = 0.25,
+        max_retry_wait_s: float = 8.0,
+        mock: Callable[[], LocalMock] | None = None,
+    ) -> None:
+        """``mock``: builds the local mock that ``mock://`` upstreams go to (none: they are unavailable)."""
         self.config = config
+        self._mock_factory = mock
         self.backoff_s = backoff_s
         self.max_retry_wait_s = max_retry_wait_s
         self._pool = ClientPool()
         self._addresses: dict[tuple[str, str, str], Address] = {}
-        self._mock: MockUpstreamServer | None = None
+        self._mock: LocalMock | None = None
         self._prepared: _Prepared | None = None
 
     async def start(self) -> None:
         """Open the client pool, and the built-in mock when an upstream is served by it."""
         self._pool.open(self._prepare().timeouts)
-        if any(u.is_mock for u in self.config.upstreams.values()):
-            self._mock = MockUpstreamServer()
-            await self._mock.start()
+        await self._start_mock(self.config)
 
     async def stop(self) -> None:
         """Close the client pool (shared by every reconfigured view) and stop the mock."""
@@ -138,10 +154,15 @@ class Upstreams:
         """
         view = copy.copy(self)
         view.config = config
-        if view._mock is None and any(u.is_mock for u in config.upstreams.values()):
-            view._mock = MockUpstreamServer()
-            await view._mock.start()
+        await view._start_mock(config)
         return view
+
+    async def _start_mock(self, config: Config) -> None:
+        """Start the built-in mock when ``config`` is the first to send to it."""
+        wanted = any(u.is_mock for u in config.upstreams.values())
+        if wanted and self._mock is None and self._mock_factory is not None:
+            self._mock = self._mock_factory()
+            await self._mock.start()
 
     def url(self, name: str, path: str, query: str = "") -> str:
         """The upstream URL for a path below ``/v1`` (the mock's local address for mock upstreams).

@@ -1,6 +1,6 @@
 """The built-in mock upstream served in the proxy's own event loop, for ``mock://`` upstreams.
 
-:class:`MockUpstreamServer` runs :func:`proxy.devtools.mock_upstream.create_mock_app` under uvicorn on a
+:class:`MockUpstreamServer` runs :func:`proxy.mock.upstream.create_mock_app` under uvicorn on a
 free port of 127.0.0.1 inside the current event loop, without taking over signal handling and
 without its startup lines reading as the proxy's own. :class:`proxy.upstream.client.Upstreams` starts one
 when the config has a mock upstream.
@@ -16,7 +16,7 @@ from contextlib import contextmanager
 
 import uvicorn
 
-from proxy.devtools.mock_upstream import create_mock_app
+from proxy.mock.upstream import create_mock_app
 from proxy.observability.logs import NotFromTask
 
 log = logging.getLogger("history_proxy.upstream")

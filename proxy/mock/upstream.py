@@ -1,7 +1,7 @@
 """The built-in fake OpenAI upstream: answers say what they received, so demos and tests run offline.
 
 Routes (also served without the ``/v1`` prefix, for ``mock://`` upstreams); ``/v1/responses`` and
-``/v1/messages`` (+ ``count_tokens``) are in :mod:`proxy.devtools.mock_surfaces`:
+``/v1/messages`` (+ ``count_tokens``) are in :mod:`proxy.mock.surfaces`:
 
 - ``POST /v1/chat/completions``: a ``chat.completion`` (or, with ``stream: true``, SSE
   ``chat.completion.chunk`` events ending with ``data: [DONE]``) whose content reads
@@ -11,24 +11,22 @@ Routes (also served without the ``/v1`` prefix, for ``mock://`` upstreams); ``/v
   when the newest message is a user message mentioning a tool and ``tools`` were given, the answer
   calls the first tool with arguments ``{}``.
   A body OpenAI would refuse (no ``model``, an orphan ``tool`` message) gets OpenAI's 400
-  (:mod:`proxy.devtools.mock_strict`).
+  (:mod:`proxy.mock.strict`).
 - ``GET /v1/models``: a few model ids.
 - ``GET /healthz``: 200.
 
 Request headers for failure tests: ``x-mock-delay-ms`` (wait before the first byte) and
 ``x-mock-status`` (answer with that error status and an OpenAI error body; 429 and 503 carry
 ``Retry-After: 1``). The answer's content depends only on the request, never on the clock; its
-``usage`` reports cached tokens from :mod:`proxy.devtools.mock_cache`, which depend only on the
+``usage`` reports cached tokens from :mod:`proxy.mock.cache`, which depend only on the
 sequence of requests.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import math
-import re
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -38,77 +36,25 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from proxy.core.messages import Message, call_name, text_of, tool_calls
-from proxy.devtools.mock_cache import CacheReport, PromptCache
-from proxy.devtools.mock_strict import chat_refusal
-from proxy.errors import ProxyError
+from proxy.core.messages import Message, call_name, text_of
+from proxy.core.summary_input import SUMMARY_PURPOSE
+from proxy.mock.cache import CacheReport, PromptCache
+from proxy.mock.common import (
+    MockRoutes,
+    cache_report,
+    calls_of,
+    describe_received,
+    digest_of,
+    error_answer,
+    message_chars,
+    one_line,
+    split,
+    wants_tool_call,
+)
+from proxy.mock.strict import chat_refusal
 
 MOCK_MODELS = ("gpt-4o-mini", "gpt-4o", "gpt-4.1-mini", "claude-sonnet-4-5")
-SUMMARY_PURPOSE = "summary"
-"""``x-history-purpose`` of the proxy's own summary requests (the mock answers them with a summary)."""
-ROLE_ORDER = ("system", "developer", "user", "assistant", "tool", "function")
 MAX_SUMMARY_BULLETS = 5
-_ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    409: "conflict_error",
-    422: "invalid_request_error",
-    429: "rate_limit_error",
-}
-_TOOL_WORD = re.compile(r"\btools?\b", re.IGNORECASE)
-
-
-def _error(status: int, message: str, *, code: str | None = None, param: str | None = None) -> JSONResponse:
-    error_type = _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
-    headers = {"retry-after": "1"} if status in (429, 503) else None
-    error = ProxyError(message, param=param, code=code)
-    error.error_type = error_type
-    return JSONResponse(error.body(), status_code=status, headers=headers)
-
-
-def _message_chars(message: Message) -> int:
-    chars = len(str(message.get("role", ""))) + len(text_of(message.get("content")))
-    for call in _calls(message):
-        function = call.get("function")
-        if isinstance(function, dict):
-            chars += len(str(function.get("name", ""))) + len(str(function.get("arguments", "")))
-    return chars
-
-
-def _calls(message: Message) -> list[dict[str, Any]]:
-    return [call for call in tool_calls(message) if isinstance(call, dict)]
-
-
-def approximate_tokens(messages: list[Message]) -> int:
-    """ceil(chars / 4) over roles, text and tool calls: what the mock reports as prompt tokens."""
-    return math.ceil(sum(_message_chars(m) for m in messages) / 4)
-
-
-def _one_line(text: str, limit: int) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
-
-
-def describe_received(messages: list[Message]) -> str:
-    """The mock's ordinary answer: message count, roles, approximate tokens and the last user text."""
-    counts: dict[str, int] = {}
-    for message in messages:
-        role = str(message.get("role"))
-        counts[role] = counts.get(role, 0) + 1
-    ordered = [r for r in ROLE_ORDER if r in counts] + sorted(r for r in counts if r not in ROLE_ORDER)
-    roles = ", ".join(f"{r}={counts[r]}" for r in ordered)
-    users = [m for m in messages if m.get("role") == "user"]
-    last_user = (
-        json.dumps(_one_line(text_of(users[-1].get("content")), 80), ensure_ascii=False)
-        if users
-        else "(none)"
-    )
-    return (
-        f"mock: received {len(messages)} messages ({roles}), ~{approximate_tokens(messages)} tokens; "
-        f"last user: {last_user}"
-    )
 
 
 def summarize_messages(messages: list[Message]) -> str:
@@ -116,11 +62,11 @@ def summarize_messages(messages: list[Message]) -> str:
     bullets: list[str] = []
     for message in messages:
         role = message.get("role")
-        text = _one_line(text_of(message.get("content")), 60)
+        text = one_line(text_of(message.get("content")), 60)
         if role == "user" and text:
             bullets.append(f"- user asked: {text}")
         elif role == "assistant":
-            names = [call_name(call) or "?" for call in _calls(message)]
+            names = [call_name(call) or "?" for call in calls_of(message)]
             if names:
                 bullets.append(f"- assistant called: {', '.join(names)}")
             elif text:
@@ -135,35 +81,13 @@ def summarize_messages(messages: list[Message]) -> str:
     return "\n".join(bullets)
 
 
-def _first_tool_name(tools: Any) -> str | None:
-    if not isinstance(tools, list) or not tools or not isinstance(tools[0], dict):
-        return None
-    function = tools[0].get("function")
-    name = function.get("name") if isinstance(function, dict) else tools[0].get("name")
-    return name if isinstance(name, str) and name else None
-
-
-def _wants_tool_call(messages: list[Message], tools: Any) -> str | None:
-    name = _first_tool_name(tools)
-    last = messages[-1] if messages else {}
-    if name and last.get("role") == "user" and _TOOL_WORD.search(text_of(last.get("content"))):
-        return name
-    return None
-
-
-def _digest(body: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(body.get("messages"), sort_keys=True, default=str).encode()).hexdigest()[
-        :24
-    ]
-
-
 def _completion(body: dict[str, Any], purpose: str | None) -> tuple[dict[str, Any], str]:
     """The assistant message for a request and its finish reason."""
     messages: list[Message] = body["messages"]
-    tool = _wants_tool_call(messages, body.get("tools"))
+    tool = wants_tool_call(messages, body.get("tools"))
     if tool is not None:
         call = {
-            "id": f"call_mock_{_digest(body)[:16]}",
+            "id": f"call_mock_{digest_of(body)[:16]}",
             "type": "function",
             "function": {"name": tool, "arguments": "{}"},
         }
@@ -177,14 +101,9 @@ def _completion(body: dict[str, Any], purpose: str | None) -> tuple[dict[str, An
     return {"role": "assistant", "content": content}, "stop"
 
 
-def cache_report(cache: PromptCache, model: str, messages: list[Message]) -> CacheReport:
-    """What the mock's prompt cache reads and writes for a request (and remember its prefixes)."""
-    return cache.lookup(model, messages, [_message_chars(m) for m in messages])
-
-
 def _usage(report: CacheReport, reply: dict[str, Any]) -> dict[str, Any]:
     prompt = report.prompt_tokens
-    completion = max(1, math.ceil(_message_chars(reply) / 4))
+    completion = max(1, math.ceil(message_chars(reply) / 4))
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
@@ -193,34 +112,13 @@ def _usage(report: CacheReport, reply: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _split(text: str, pieces: int) -> list[str]:
-    if not text:
-        return [""]
-    pieces = max(1, min(pieces, len(text)))
-    size = math.ceil(len(text) / pieces)
-    return [text[i : i + size] for i in range(0, len(text), size)]
-
-
 def _sse(payload: dict[str, Any] | str) -> bytes:
     data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
     return f"data: {data}\n\n".encode()
 
 
-class MockUpstream:
+class MockUpstream(MockRoutes):
     """Request handlers of the mock, configured once per app."""
-
-    def __init__(
-        self,
-        *,
-        chunks: int,
-        chunk_delay_s: float,
-        first_byte_delay_s: float,
-        cache: PromptCache | None = None,
-    ) -> None:
-        self.chunks = max(1, chunks)
-        self.chunk_delay_s = chunk_delay_s
-        self.first_byte_delay_s = first_byte_delay_s
-        self.cache = cache or PromptCache()
 
     async def chat_completions(self, request: Request) -> Response:
         delay_s = self.first_byte_delay_s
@@ -229,34 +127,34 @@ class MockUpstream:
             try:
                 delay_s = max(0.0, float(raw_delay) / 1000)
             except ValueError:
-                return _error(
+                return error_answer(
                     400, "x-mock-delay-ms must be a number of milliseconds", param="x-mock-delay-ms"
                 )
         forced = request.headers.get("x-mock-status")
         if forced is not None:
             if not forced.isdigit() or not 400 <= int(forced) <= 599:
-                return _error(
+                return error_answer(
                     400, "x-mock-status must be an HTTP error status (400-599)", param="x-mock-status"
                 )
             await asyncio.sleep(delay_s)
-            return _error(int(forced), f"mock: forced status {forced}", code="mock_forced_status")
+            return error_answer(int(forced), f"mock: forced status {forced}", code="mock_forced_status")
 
         try:
             body = json.loads(await request.body())
         except (ValueError, UnicodeDecodeError) as exc:
-            return _error(400, f"mock: the request body is not valid JSON ({exc})")
+            return error_answer(400, f"mock: the request body is not valid JSON ({exc})")
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-            return _error(400, "mock: 'messages' must be a list of message objects", param="messages")
+            return error_answer(400, "mock: 'messages' must be a list of message objects", param="messages")
         if not all(isinstance(m, dict) for m in body["messages"]):
-            return _error(400, "mock: every message must be an object", param="messages")
+            return error_answer(400, "mock: every message must be an object", param="messages")
         refused = chat_refusal(body)
         if refused is not None:
-            return _error(400, refused.message, param=refused.param, code=refused.code)
+            return error_answer(400, refused.message, param=refused.param, code=refused.code)
 
         reply, finish = _completion(body, request.headers.get("x-history-purpose"))
         named = body.get("model")
         model = named if isinstance(named, str) else MOCK_MODELS[0]
-        head = {"id": f"chatcmpl-mock-{_digest(body)}", "created": int(time.time()), "model": model}
+        head = {"id": f"chatcmpl-mock-{digest_of(body)}", "created": int(time.time()), "model": model}
         usage = _usage(cache_report(self.cache, model, body["messages"]), reply)
         if body.get("stream") is True:
             options = body.get("stream_options")
@@ -319,7 +217,7 @@ class MockUpstream:
             await asyncio.sleep(self.chunk_delay_s)
             yield chunk({"tool_calls": [{"index": 0, "function": {"arguments": function["arguments"]}}]})
         else:
-            for i, piece in enumerate(_split(reply["content"], self.chunks)):
+            for i, piece in enumerate(split(reply["content"], self.chunks)):
                 if i:
                     await asyncio.sleep(self.chunk_delay_s)
                 yield chunk({"role": "assistant", "content": piece} if i == 0 else {"content": piece})
@@ -345,7 +243,7 @@ class MockUpstream:
         return JSONResponse({"status": "ok"})
 
     async def not_found(self, request: Request) -> Response:
-        return _error(404, f"mock: no route {request.method} {request.url.path}", code="unknown_url")
+        return error_answer(404, f"mock: no route {request.method} {request.url.path}", code="unknown_url")
 
 
 def create_mock_app(
@@ -357,7 +255,7 @@ def create_mock_app(
     pause between them; ``first_byte_delay_s``: the wait before any answer (``x-mock-delay-ms``
     overrides it per request).
     """
-    from proxy.devtools.mock_surfaces import MockSurfaces
+    from proxy.mock.surfaces import MockSurfaces
 
     cache = PromptCache()  # one for every surface, as a provider's cache is per account
     mock = MockUpstream(

@@ -7,13 +7,13 @@
 - ``POST /v1/messages``: an Anthropic ``message`` (or its ``event:`` SSE stream, ``message_start`` to
   ``message_stop``), with a ``tool_use`` block in the same case; ``POST /v1/messages/count_tokens``:
   ``{"input_tokens": N}``. Errors are written in Anthropic's shape; ``/v1/messages`` refuses what
-  Anthropic refuses, in its words (:mod:`proxy.devtools.mock_strict`: a missing ``model``, an orphan
+  Anthropic refuses, in its words (:mod:`proxy.mock.strict`: a missing ``model``, an orphan
   ``tool_result``, an empty text block, ...) and takes mid-conversation ``system`` messages.
 
-Responses requests are refused where OpenAI refuses them (:mod:`proxy.devtools.mock_strict`: no
+Responses requests are refused where OpenAI refuses them (:mod:`proxy.mock.strict`: no
 ``model``, an orphan output item), and ``additional_tools`` items declare tools as ``tools`` does.
 ``x-mock-delay-ms`` and ``x-mock-status`` work as on chat completions; usage reports the shared prompt
-cache of :mod:`proxy.devtools.mock_cache` in each API's fields.
+cache of :mod:`proxy.mock.cache` in each API's fields.
 """
 
 from __future__ import annotations
@@ -29,18 +29,19 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from proxy.core.messages import Message, text_of
-from proxy.devtools.mock_cache import CacheReport, PromptCache
-from proxy.devtools.mock_strict import declared_tools, messages_refusal, responses_refusal
-from proxy.devtools.mock_upstream import (
-    _digest,
-    _error,
-    _split,
-    _wants_tool_call,
+from proxy.errors import InvalidRequestError
+from proxy.mock.cache import CacheReport
+from proxy.mock.common import (
+    MockRoutes,
     approximate_tokens,
     cache_report,
     describe_received,
+    digest_of,
+    error_answer,
+    split,
+    wants_tool_call,
 )
-from proxy.errors import InvalidRequestError
+from proxy.mock.strict import declared_tools, messages_refusal, responses_refusal
 from proxy.surfaces import messages as anthropic
 from proxy.surfaces import responses as openai_responses
 from proxy.surfaces._view import REF
@@ -64,26 +65,15 @@ def _anthropic_error(status: int, message: str) -> JSONResponse:
     )
 
 
-class MockSurfaces:
+class MockSurfaces(MockRoutes):
     """Request handlers for the Responses and Messages surfaces of the mock."""
-
-    def __init__(
-        self,
-        *,
-        chunks: int,
-        chunk_delay_s: float,
-        first_byte_delay_s: float,
-        cache: PromptCache | None = None,
-    ) -> None:
-        self.chunks = max(1, chunks)
-        self.chunk_delay_s = chunk_delay_s
-        self.first_byte_delay_s = first_byte_delay_s
-        self.cache = cache or PromptCache()
 
     async def _read(
         self, request: Request, anthropic_errors: bool
     ) -> tuple[dict[str, Any], float] | Response:
-        fail = _anthropic_error if anthropic_errors else (lambda status, message: _error(status, message))
+        fail = (
+            _anthropic_error if anthropic_errors else (lambda status, message: error_answer(status, message))
+        )
         delay_s = self.first_byte_delay_s
         raw_delay = request.headers.get("x-mock-delay-ms")
         if raw_delay is not None:
@@ -115,12 +105,12 @@ class MockSurfaces:
         try:
             view = _plain(openai_responses.to_view(body).messages)
         except InvalidRequestError as exc:
-            return _error(400, exc.message, param=exc.param, code=exc.code)
+            return error_answer(400, exc.message, param=exc.param, code=exc.code)
         refused = responses_refusal(body)
         if refused is not None:
-            return _error(400, refused.message, param=refused.param, code=refused.code)
-        tool = _wants_tool_call(view, declared_tools(body))
-        digest = _digest({"messages": view})
+            return error_answer(400, refused.message, param=refused.param, code=refused.code)
+        tool = wants_tool_call(view, declared_tools(body))
+        digest = digest_of({"messages": view})
         if tool is not None:
             item: dict[str, Any] = {
                 "type": "function_call",
@@ -179,7 +169,7 @@ class MockSurfaces:
             )
             empty = {"type": "output_text", "text": "", "annotations": []}
             yield event("response.content_part.added", **ids, content_index=0, part=empty)
-            for i, piece in enumerate(_split(text, self.chunks)):
+            for i, piece in enumerate(split(text, self.chunks)):
                 if i:
                     await asyncio.sleep(self.chunk_delay_s)
                 yield event("response.output_text.delta", **ids, content_index=0, delta=piece, logprobs=[])
@@ -202,8 +192,8 @@ class MockSurfaces:
         refusal = messages_refusal(body)
         if refusal is not None:
             return _anthropic_error(400, refusal)
-        tool = _wants_tool_call(view, body.get("tools"))
-        digest = _digest({"messages": view})
+        tool = wants_tool_call(view, body.get("tools"))
+        digest = digest_of({"messages": view})
         if tool is not None:
             block: dict[str, Any] = {
                 "type": "tool_use",
@@ -265,7 +255,7 @@ class MockSurfaces:
                 "content_block_start",
                 {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
             )
-            for i, piece in enumerate(_split(block["text"], self.chunks)):
+            for i, piece in enumerate(split(block["text"], self.chunks)):
                 if i:
                     await asyncio.sleep(self.chunk_delay_s)
                 delta = {"type": "text_delta", "text": piece}
