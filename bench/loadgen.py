@@ -194,7 +194,7 @@ async def _one(connection: _Connection, request: bytes, timeout_s: float) -> tup
     return (ended - started) * 1000, (first - started) * 1000
 
 
-async def run_load(
+async def run_load(  # noqa: PLR0915 (one load loop: its phases share a dozen locals)
     target: Target,
     requests: Sequence[bytes],
     *,

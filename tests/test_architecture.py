@@ -3,19 +3,24 @@
 Each package imports only the packages below it (``ALLOWED``); messages, encodings, tokens and errors
 are leaves; filters know nothing of HTTP; only upstream/ is an HTTP client and only server/ and the
 built-in mock (mock/) serve HTTP; the forwarding client never imports the mock (the server starts
-it); no module passes 400 lines.
+it); no module passes 600 lines (one past 400 is warned about).
 """
 
 from __future__ import annotations
 
 import ast
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "proxy"
-MAX_LINES = 400
+SOFT_LINES = 400
+"""Past this a module gets a warning: look for a responsibility to move out (complexity is the gate:
+ruff's C901 and PLR0915 in pyproject.toml)."""
+MAX_LINES = 600
+"""No module passes this."""
 
 
 def module_name(path: Path) -> str:
@@ -182,7 +187,18 @@ def test_only_the_http_edges_import_http_libraries(library: str, packages: set[s
     assert {package_of(module) for module in importers_of(library)} - packages == set()
 
 
+class LongModuleWarning(UserWarning):
+    """A module past the soft line count: shown in the run's summary, never a failure."""
+
+
+@pytest.mark.filterwarnings("default::tests.test_architecture.LongModuleWarning")
 @pytest.mark.parametrize("module", sorted(MODULES))
-def test_no_module_is_over_400_lines(module: str) -> None:
+def test_no_module_is_over_600_lines_and_one_over_400_is_flagged(module: str) -> None:
     lines = len(MODULES[module].read_text(encoding="utf-8").splitlines())
     assert lines <= MAX_LINES, f"{MODULES[module].name} has {lines} lines; split it along a responsibility"
+    if lines > SOFT_LINES:
+        warnings.warn(
+            f"{MODULES[module].name} has {lines} lines (over {SOFT_LINES}): does it hold one responsibility?",
+            LongModuleWarning,
+            stacklevel=1,
+        )
