@@ -72,6 +72,25 @@ def of(*langs: str) -> list[Block]:
 # --- generated indexes and the front page ------------------------------------------------------
 
 
+def test_every_package_is_on_the_map() -> None:
+    """docs/architecture.md places every package of proxy/ on its floors and cites nothing outside the clone."""
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    packages = sorted(init.parent.name for init in (ROOT / "proxy").glob("*/__init__.py"))
+    assert packages, "no package found under proxy/"
+    missing = [name for name in packages if f"| `proxy/{name}/` |" not in page]
+    assert missing == [], f"docs/architecture.md's floors table does not place {missing}"
+
+
+def test_the_code_cites_no_spec_section_outside_the_clone() -> None:
+    cited = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sorted((ROOT / "proxy").rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if re.search(r"SPEC (section|invariant)", line)
+    ]
+    assert cited == [], f"cite a page of docs/ instead: {cited}"
+
+
 def test_filter_indexes_match_docs_filters() -> None:
     script = runpy.run_path(str(ROOT / "scripts" / "build_readme.py"))
     assert script["main"](["--check"]) == 0, "run: make readme"

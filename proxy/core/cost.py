@@ -1,4 +1,4 @@
-"""What a sequence of requests costs once a provider's prompt cache is priced in (SPEC section 8).
+"""What a sequence of requests costs once a provider's prompt cache is priced in (docs/cost.md).
 
 Prices are relative to the uncached input price (1.0 per token). A provider caches a request's prefix;
 the next request that starts with the same tokens, within the cache's time to live, pays ``read`` for

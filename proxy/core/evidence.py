@@ -1,4 +1,4 @@
-"""Evidence kept (SPEC section 9): what of an agent's next answer it could only have read in an observation.
+"""Evidence kept (docs/cost.md): what of an agent's next answer it could only have read in an observation.
 
 For a request (the history before a model answer), the *evidence* of that answer is the set of
 distinctive tokens in it (its text and its tool calls' names and arguments: paths and dotted names,

@@ -1,4 +1,4 @@
-"""The invariants every chain output keeps (SPEC section 5), as checks that name what broke.
+"""The invariants every chain output keeps (docs/architecture.md, invariants), as checks that name what broke.
 
 :func:`broken_invariants` is the one source of "newly broken": what an output breaks that its input
 did not.

@@ -2,7 +2,7 @@
 
 Messages are plain dicts as they arrive in a chat-completions body. Nothing here mutates its input.
 
-Vocabulary (SPEC section 5):
+Vocabulary (docs/architecture.md, invariants):
 
 - a **turn** starts at a turn-start message (a ``user`` message, or one annotated
   ``message_type: task``) and runs to the next one; messages before the first turn start form a
@@ -161,7 +161,7 @@ def is_turn_start(message: Message) -> bool:
 def classify(
     messages: Sequence[Message], completion_tools: Iterable[str] = DEFAULT_COMPLETION_TOOLS
 ) -> list[str]:
-    """The message type of every message: its annotation, or the inference of SPEC section 3.
+    """The message type of every message: its annotation, or the inference of docs/http.md (message annotations).
 
     Inference: user -> ``task``; assistant with tool calls -> ``action`` (``final`` when one of its
     calls names a completion tool, and then its tool results are ``final`` too); tool ->

@@ -1,4 +1,4 @@
-"""Re-fetches: the live signal that a chain hid something the agent needed (SPEC section 9).
+"""Re-fetches: the live signal that a chain hid something the agent needed (docs/cost.md, evidence kept).
 
 A *re-fetch* is a tool call whose name and arguments equal an earlier call whose output the chain
 elided or dropped: the agent asks again for what it had read. The proxy cannot see the model's next

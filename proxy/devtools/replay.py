@@ -13,7 +13,7 @@ one given: tokens billed as cached, uncached, and the cost in input-token equiva
 same conversation sent unfiltered (append-only, so everything but the new messages is cached). A
 conversation whose filtered cost ends above its unfiltered cost is flagged ``dearer``.
 
-Beside the cost, each request measures *evidence kept* (SPEC section 9, ``proxy.core.evidence``): the
+Beside the cost, each request measures *evidence kept* (docs/cost.md, evidence kept, ``proxy.core.evidence``): the
 distinctive tokens the model's next answer took from an earlier observation, and which of them the
 request the chain sends no longer holds (``evidence_lost``, listed so a person can judge them).
 """
@@ -53,7 +53,7 @@ class ReplayStep:
     unfiltered_cost: float = 0.0
     """The same request sent unfiltered, after the unfiltered previous ones."""
     evidence_needed: int = 0
-    """Distinctive tokens the next answer took from an earlier observation (SPEC section 9)."""
+    """Distinctive tokens the next answer took from an earlier observation (docs/cost.md, evidence kept)."""
     evidence_lost: tuple[str, ...] = ()
     """Of those, the ones the request sent no longer holds."""
     evidence_out_of_context: tuple[str, ...] = ()

@@ -2,7 +2,7 @@
 
 Each chain (a config file) replays the same conversations under every pricing model asked for (both
 presets by default); a chain's figures are its cost over unfiltered per pricing, the conversations
-that ended dearer than unfiltered, evidence kept over all of them (SPEC section 9) and the
+that ended dearer than unfiltered, evidence kept over all of them (docs/cost.md, evidence kept) and the
 conversation that kept the least. A chain is *on the frontier* when no other chain costs no more
 under every pricing and keeps no less evidence, while doing strictly better on one of them.
 """
@@ -151,7 +151,7 @@ def render_compare(rows: Sequence[ChainFigures], conversations: int) -> str:
     width = max((len(r.name) for r in rows), default=6)
     head = f"{'config':<{width}} " + " ".join(f"{'x ' + p:>10}" for p in pricings)
     lines = [
-        f"{conversations} conversations; cost with caching over unfiltered; evidence kept (SPEC section 9) "
+        f"{conversations} conversations; cost with caching over unfiltered; evidence kept (docs/cost.md) "
         "anywhere and in context (in a message left as it was); * = on the cost/evidence frontier",
         f"  {head} {'evidence':>17} {'in context':>10} {'dearer':>6} {'worst':>7}  least kept",
     ]

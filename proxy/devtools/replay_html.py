@@ -3,7 +3,7 @@
 The first chart draws every request as a share of the same request unfiltered (tokens sent, the
 cacheable prefix, cost), so a long conversation whose unfiltered size grows a hundredfold still shows
 what the chain does on request 3 as on request 300: unfiltered is the 100 % line. The second draws the
-evidence kept per request (SPEC section 9), a bar for each request whose answer used something read in
+evidence kept per request (docs/cost.md, evidence kept), a bar for each request whose answer used something read in
 an observation; hovering a bar lists the tokens lost. Ticks fall on round values and requests are
 labelled along the x axis. No script, no external resource.
 """

@@ -20,7 +20,7 @@ def without_oldest_turns(
     """The leading system messages and every turn from ``turns[dropped]`` on.
 
     The newest user message stays in place if it falls in a dropped turn (only possible when a
-    later message is annotated as the task), as SPEC invariant 2 asks.
+    later message is annotated as the task), as invariant 2 of docs/architecture.md asks.
     """
     if dropped == 0:
         return list(messages)

@@ -1,6 +1,6 @@
 """What the three role views (seed 000) share: where the current turn starts, text-only copies, reassembly.
 
-All three views keep the leading system messages and the newest user message (SPEC invariant 2) and
+All three views keep the leading system messages and the newest user message (invariant 2 of docs/architecture.md) and
 return messages in their original order. Message types come from annotations or, without them,
 from :func:`proxy.core.messages.classify`.
 

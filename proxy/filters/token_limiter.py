@@ -3,7 +3,7 @@
 AgentKit's ``TokenLimiter`` groups messages into segments (a tool call with all its results, or a
 message alone) and keeps the newest segments that fit the limit, so tool pairs never break. Here
 the segments are the shared groups of ``proxy.core.messages`` and the count is the full request as
-OpenAI counts it (SPEC section 6). Two things of the source are deliberately not copied: it keeps
+OpenAI counts it (docs/http.md, tokens). Two things of the source are deliberately not copied: it keeps
 nothing when the newest segment alone is over the limit (an empty history), and it drops the
 system prompt like any other message. Here the leading system messages (``keep_system``), the
 newest user message and the newest group are pinned: they stay even when they alone are over.

@@ -1,4 +1,4 @@
-"""The re-fetch counter: tool calls repeating an earlier call whose output the chain hid (SPEC section 9)."""
+"""The re-fetch counter: tool calls repeating an earlier call whose output the chain hid (docs/cost.md)."""
 
 from __future__ import annotations
 

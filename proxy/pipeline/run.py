@@ -1,7 +1,7 @@
 """From a parsed request body to the body sent upstream: chain, validation, annotations, cache marks.
 
 ``Pipeline.run`` resolves the caller's chain (global, then tenant, then role), runs every filter,
-checks that the chain's output keeps every invariant its input satisfied (SPEC section 5; when it
+checks that the chain's output keeps every invariant its input satisfied (docs/architecture.md, invariants; when it
 does not, the first filter whose output broke one is named), strips the message annotations, places
 the ``cache_control`` slot for upstreams that accept marks, and reports tokens and messages before
 and after, per filter. In ``shadow`` mode (a tenant's or role's policy) the chain runs and is
@@ -217,7 +217,7 @@ class Pipeline:
 
         if failed is not None:
             messages, outcomes = original, []
-        elif mode != "shadow":  # a re-fetch of an output this chain hid (SPEC section 9)
+        elif mode != "shadow":  # a re-fetch of an output this chain hid (docs/cost.md, evidence kept)
             ctx.notes.extend(refetch_notes(original, messages))
         forwarded = strip_annotations(messages)
         slot = self.config.cache_control

@@ -1,1 +1,1 @@
-"""Native request <-> the chain's view, per surface: chat completions, Responses, Messages (SPEC section 7)."""
+"""Native request <-> the chain's view, per surface: chat completions, Responses, Messages (docs/surfaces.md)."""

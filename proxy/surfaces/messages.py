@@ -1,6 +1,6 @@
 """``POST /v1/messages`` (Anthropic Messages API) as the chain's view, and back.
 
-The view (SPEC section 7):
+The view (docs/surfaces.md):
 
 - ``system`` (a string or text blocks) is the leading system message;
 - an assistant message is one assistant message: its ``text`` blocks the content, its ``tool_use``

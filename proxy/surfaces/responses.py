@@ -1,6 +1,6 @@
 """``POST /v1/responses`` (OpenAI Responses API, stateless use) as the chain's view, and back.
 
-The view (SPEC section 7):
+The view (docs/surfaces.md):
 
 - ``instructions`` is the leading system message; it is kept and never edited;
 - a string ``input`` is one user message; ``message`` items (typed or not) are messages of their role;
