@@ -197,7 +197,7 @@ def _assistant_view(content: list[dict[str, Any]], ref: int, counter: TokenCount
     return message, tokens
 
 
-def rebuild(body: dict[str, Any], view: View, sent: Sequence[Message]) -> dict[str, Any]:  # noqa: C901, PLR0915 (issue 24 debt)
+def rebuild(body: dict[str, Any], view: View, sent: Sequence[Message]) -> dict[str, Any]:
     """The native request for the view messages the chain kept (``sent``, in order)."""
     natives = body["messages"]  # checked by to_view
     if unchanged(view, sent):
@@ -213,12 +213,7 @@ def rebuild(body: dict[str, Any], view: View, sent: Sequence[Message]) -> dict[s
     for message in sent:
         ref = message.get(REF)
         if ref.__class__ is not int:
-            text = text_of(message.get("content"))
-            if message.get("role") in ("system", "developer"):
-                extra_system.append(text)
-            elif text and message.get("role") in ("user", "assistant"):
-                out.append({"role": message["role"], "content": [{"type": "text", "text": text}]})
-                origins.append(-1)
+            _made(message, out, origins, extra_system)
             continue
         index = units[ref].index
         if index < 0:  # the system unit
@@ -229,40 +224,72 @@ def rebuild(body: dict[str, Any], view: View, sent: Sequence[Message]) -> dict[s
                 continue
             placed.add(index)
             native = natives[index]
-            content = native["content"]
             if message is originals[ref]:
-                if content:  # an empty one is left out
+                if native["content"]:  # an empty one is left out
                     out.append(native if ANNOTATION_KEYS.isdisjoint(native) else without_annotations(native))
                     origins.append(index)
                 continue
-            new = message.get("content")
-            if new.__class__ is str and new and content.__class__ is list and len(content) == 1:
-                block = content[0]  # one tool result whose text a filter rewrote (an elided observation)
-                if block.get("type") == "tool_result" and block.get("content").__class__ is str:
-                    done = rewritten.get(index)
-                    if done is None or done[0] != new:  # not written back with this text by the last turn
-                        done = rewritten[index] = (
-                            new,
-                            {**without_annotations(native), "content": [{**block, "content": new}]},
-                        )
-                    out.append(done[1])
-                    origins.append(index)
-                    continue
-            pieces[index] = {ref: message}
-            slots[index] = len(out)
+            elided = _elided(native, message.get("content"), index, rewritten)
+            if elided is not None:
+                out.append(elided)
+                origins.append(index)
+                continue
+            pieces[index], slots[index] = {ref: message}, len(out)
             out.append(None)
             origins.append(index)
             continue
-        kept = pieces.get(index)
-        if kept is None:
-            kept = pieces[index] = {}
-            slots[index] = len(out)
+        if index not in pieces:
+            pieces[index], slots[index] = {}, len(out)
             out.append(None)
             origins.append(index)
-        kept[ref] = message
+        pieces[index][ref] = message
     for index, kept in pieces.items():
         out[slots[index]] = _native(natives[index], view, range(spans[index], spans[index + 1]), kept)
-    if pieces:  # a rewritten native may have come out empty (or not at all): left out
+    rebuilt = {**body, "messages": _placed(natives, spans, out, origins, bool(pieces))}
+    system = _system(body.get("system"), view, system_kept, extra_system)
+    if system is None:
+        rebuilt.pop("system", None)
+    else:
+        rebuilt["system"] = system
+    return rebuilt
+
+
+def _made(
+    message: Message, out: list[dict[str, Any] | None], origins: list[int], extra_system: list[str]
+) -> None:
+    """A message a filter made, as a native one (system text goes to ``system``)."""
+    text = text_of(message.get("content"))
+    if message.get("role") in ("system", "developer"):
+        extra_system.append(text)
+    elif text and message.get("role") in ("user", "assistant"):
+        out.append({"role": message["role"], "content": [{"type": "text", "text": text}]})
+        origins.append(-1)
+
+
+def _elided(native: dict[str, Any], new: Any, index: int, rewritten: dict[int, Any]) -> dict[str, Any] | None:
+    """One tool result whose text a filter rewrote (an elided observation), written back; else ``None``."""
+    content = native["content"]
+    if not (new.__class__ is str and new and content.__class__ is list and len(content) == 1):
+        return None
+    block = content[0]
+    if block.get("type") != "tool_result" or block.get("content").__class__ is not str:
+        return None
+    done = rewritten.get(index)
+    if done is None or done[0] != new:  # not written back with this text by the last turn
+        done = rewritten[index] = (
+            new,
+            {**without_annotations(native), "content": [{**block, "content": new}]},
+        )
+    written: dict[str, Any] = done[1]
+    return written
+
+
+def _placed(
+    natives: list[Any], spans: list[int], out: list[dict[str, Any] | None], origins: list[int], pieced: bool
+) -> list[dict[str, Any]]:
+    """The native messages in order: emptied ones left out, pinned ones put back, an opening user
+    message where the history would not open with one."""
+    if pieced:  # a rewritten native may have come out empty (or not at all): left out
         kept_at = [
             n for n, native in enumerate(out) if native is not None and native.get("content") not in ([], "")
         ]
@@ -272,13 +299,7 @@ def rebuild(body: dict[str, Any], view: View, sent: Sequence[Message]) -> dict[s
     at = omitted_at(natives, written, origins)
     if at is not None:
         written.insert(at, {"role": "user", "content": OMITTED})
-    rebuilt = {**body, "messages": written}
-    system = _system(body.get("system"), view, system_kept, extra_system)
-    if system is None:
-        rebuilt.pop("system", None)
-    else:
-        rebuilt["system"] = system
-    return rebuilt
+    return written
 
 
 def _system(system: Any, view: View, kept: Message | None, extra: list[str]) -> Any:
@@ -293,7 +314,7 @@ def _system(system: Any, view: View, kept: Message | None, extra: list[str]) -> 
     return [*blocks, *({"type": "text", "text": text} for text in extra if text)]
 
 
-def _native(  # noqa: C901 (issue 24 debt)
+def _native(
     native: dict[str, Any], view: View, refs: Sequence[int], kept: dict[int, Message]
 ) -> dict[str, Any] | None:
     """One native message as the chain left the view messages made of it (``refs``: all of them)."""
@@ -317,7 +338,6 @@ def _native(  # noqa: C901 (issue 24 debt)
         if new != old and isinstance(result, (list, str)):
             block = {**block, "content": written_back(result, old, new, "text")}
         return {**native, "content": [block]}
-    blocks: list[Any] = []
     user_unit: int | None = None
     results: dict[int, int] = {}  # block position -> the ref of its tool message
     for r in refs:
@@ -326,6 +346,23 @@ def _native(  # noqa: C901 (issue 24 debt)
             results[unit.items[0]] = r
         elif user_unit is None and unit.kind == "user":
             user_unit = r
+    blocks = _kept_blocks(content, results, user_unit, kept, originals)
+    if user_unit is not None and user_unit in kept:
+        blocks = _user_blocks(
+            content, blocks, view.units[user_unit].items, view.messages[user_unit], kept[user_unit]
+        )
+    return {**native, "content": blocks}
+
+
+def _kept_blocks(
+    content: list[Any],
+    results: dict[int, int],
+    user_unit: int | None,
+    kept: dict[int, Message],
+    originals: Sequence[Message],
+) -> list[Any]:
+    """The blocks of a native message whose view messages the chain kept, tool results written back."""
+    blocks: list[Any] = []
     for b, block in enumerate(content):
         if block.get("type") == "tool_result":
             found = results.get(b)
@@ -336,15 +373,9 @@ def _native(  # noqa: C901 (issue 24 debt)
             if new != old and isinstance(native_result, (list, str)):
                 block = {**block, "content": written_back(native_result, old, new, "text")}
             blocks.append(block)
-        elif user_unit is None:
-            blocks.append(block)  # travels with the message's tool results
-        elif user_unit in kept:
-            blocks.append(block)
-    if user_unit is not None and user_unit in kept:
-        blocks = _user_blocks(
-            content, blocks, view.units[user_unit].items, view.messages[user_unit], kept[user_unit]
-        )
-    return {**native, "content": blocks}
+        elif user_unit is None or user_unit in kept:
+            blocks.append(block)  # travels with the message's tool results, or with its kept user text
+    return blocks
 
 
 def _same(a: Message, b: Message) -> bool:

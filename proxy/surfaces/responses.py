@@ -267,16 +267,21 @@ def _resume_at(remembered: Remembered, items: list[Any]) -> int:
     return at
 
 
-def rebuild(body: dict[str, Any], view: View, sent: Sequence[Message]) -> dict[str, Any]:  # noqa: C901 (issue 24 debt)
+def _rebuild_string(body: dict[str, Any], raw: str, view: View, sent: Sequence[Message]) -> dict[str, Any]:
+    """A request whose ``input`` is one string: that string as the chain left it."""
+    new_input: Any = raw
+    for message in sent:
+        ref = ref_of(message)
+        if ref is not None and view.units[ref].kind == "input_string":
+            new_input = text_of(message.get("content")) if message.get("content") != raw else raw
+    return {**body, "input": new_input} if new_input is not raw else body
+
+
+def rebuild(body: dict[str, Any], view: View, sent: Sequence[Message]) -> dict[str, Any]:
     """The native request for the view messages the chain kept (``sent``, in order)."""
     raw = body.get("input")
     if isinstance(raw, str):
-        new_input: Any = raw
-        for message in sent:
-            ref = ref_of(message)
-            if ref is not None and view.units[ref].kind == "input_string":
-                new_input = text_of(message.get("content")) if message.get("content") != raw else raw
-        return {**body, "input": new_input} if new_input is not raw else body
+        return _rebuild_string(body, raw, view, sent)
     if unchanged(view, sent):
         return body
     sent = with_declarations(view, sent)
