@@ -26,7 +26,7 @@ that earlier messages were left out opens it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any, TypeGuard, cast
 
 from proxy.core.messages import ANNOTATION_KEYS, Message, text_of
 from proxy.core.tokens import TOKENS_PER_MESSAGE, TokenCounter, approximate_length
@@ -54,7 +54,7 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
     return content if isinstance(content, list) else []
 
 
-def to_view(body: dict[str, Any], counter: TokenCounter | None = None, memo: ViewMemo | None = None) -> View:  # noqa: C901, PLR0915 (issue 24 debt: to split per block kind)
+def to_view(body: dict[str, Any], counter: TokenCounter | None = None, memo: ViewMemo | None = None) -> View:
     """The request as chat messages for the chain (``messages`` checked as
     :func:`proxy.surfaces.messages_check.message_list` does).
 
@@ -69,17 +69,8 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None, memo: Vie
     known, count = counter.known.get, counter.text
     base = {role: TOKENS_PER_MESSAGE + count(role) for role in ("system", "user", "assistant", "tool")}
     tool_base = base["tool"]
-    system = body.get("system")
-    key = conversation_key(SURFACE, system, natives) if memo is not None else None
-    remembered = memo.recall(key, counter) if memo is not None else None
-    start = matched(natives, remembered.natives) if remembered is not None else 0
-    if remembered is not None and start:
-        view = remembered.view.prefix(start)
-    else:
-        view = View([], [])
-        if isinstance(system, str | list) and system:
-            content, tokens = counted_content(system, counter)
-            view.add({"role": "system", "content": content}, Unit("system"), base["system"] + tokens)
+    key = conversation_key(SURFACE, body.get("system"), natives) if memo is not None else None
+    view, start = _opening(body.get("system"), natives, counter, memo, key, base["system"])
     out, units, spans, counts = view.messages, view.units, view.spans, view.counts
     # one walk checks, converts and counts; in order, so the first message at fault is named
     for i, message in enumerate(natives[start:], start):
@@ -106,56 +97,105 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None, memo: Vie
                     continue
         if role != "user" and role != "assistant":
             continue  # pinned: not in the view, written back in place (see the module's docstring)
-        if content.__class__ is not list:
-            if not isinstance(content, str | list):
-                _fault(body)
-            if isinstance(content, str):  # a str subclass: the pipeline checks and counts it
-                view.add({"role": role, "content": content}, Unit(role, i))
-                continue
-        for block in content:
-            if block.__class__ is not dict and not isinstance(block, dict):
-                _fault(body)
+        if not _blocks_checked(content, body, view, role, i):
+            continue
         if role == "assistant":
             assistant, tokens = _assistant_view(content, len(units), counter)
             out.append(assistant)
             units.append(Unit("assistant", i))
             counts.append(base["assistant"] + tokens)
             continue
-        others: list[int] = []
-        has_text = False
-        for b, block in enumerate(content):
-            kind = block.get("type")
-            if kind != "tool_result":
-                others.append(b)
-                if kind == "text":
-                    has_text = True
-                continue
-            call_id = block.get("tool_use_id", "")
-            if call_id.__class__ is not str:
-                call_id = str(call_id)
-            result = block.get("content")
-            if result.__class__ is str:
-                tokens = known(result) or count(result)
-            elif isinstance(result, list | str):
-                result, tokens = counted_content(result, counter)
-            else:
-                result, tokens = "", 0
-            out.append({"role": "tool", "tool_call_id": call_id, "content": result, REF: len(units)})
-            units.append(Unit("result", i, (b,)))
-            counts.append(tool_base + (known(call_id) or count(call_id)) + tokens)
-        if others and (has_text or len(others) == len(content)):
-            parts, tokens = counted_content([content[b] for b in others], counter)
-            out.append({"role": "user", "content": parts, REF: len(units)})
-            units.append(Unit("user", i, others))
-            counts.append(base["user"] + tokens)
+        _user_blocks_view(view, content, i, counter, base)
     spans.append(len(units))
     if memo is None:  # whoever places marks counts them itself
         view.first_mark = -1
-    else:  # looked for in the new messages only: the memo knows the others
-        if view.first_mark is None and marks_in(natives[start:]):
-            view.first_mark = next(i for i in range(start, len(natives)) if marks_in(natives[i : i + 1]))
-        memo.keep(key, Remembered(natives, view, counter), reused=start)
+    else:
+        _remember(memo, key, natives, view, counter, start)
     return view
+
+
+def _opening(
+    system: Any,
+    natives: list[Any],
+    counter: TokenCounter,
+    memo: ViewMemo | None,
+    key: bytes | None,
+    base: int,
+) -> tuple[View, int]:
+    """The view's start and the first native message still to convert: the remembered view of the
+    conversation's leading messages equal to its previous request's, else the system prompt alone."""
+    remembered = memo.recall(key, counter) if memo is not None else None
+    start = matched(natives, remembered.natives) if remembered is not None else 0
+    if remembered is not None and start:
+        return remembered.view.prefix(start), start
+    view = View([], [])
+    if isinstance(system, str | list) and system:
+        content, tokens = counted_content(system, counter)
+        view.add({"role": "system", "content": content}, Unit("system"), base + tokens)
+    return view, 0
+
+
+def _blocks_checked(
+    content: Any, body: dict[str, Any], view: View, role: str, i: int
+) -> TypeGuard[list[dict[str, Any]]]:
+    """Whether ``content`` is a list of block objects to convert (else a 400); a ``str`` subclass is
+    added to the view as it is (the pipeline checks and counts it) and is not."""
+    if content.__class__ is not list:
+        if not isinstance(content, str | list):
+            _fault(body)
+        if isinstance(content, str):
+            view.add({"role": role, "content": content}, Unit(role, i))
+            return False
+    for block in content:
+        if block.__class__ is not dict and not isinstance(block, dict):
+            _fault(body)
+    return True
+
+
+def _remember(
+    memo: ViewMemo, key: bytes | None, natives: list[Any], view: View, counter: TokenCounter, start: int
+) -> None:
+    """Keep the conversation's view for its next request, its first native mark found (in the new
+    messages only: the memo knows the others)."""
+    if view.first_mark is None and marks_in(natives[start:]):
+        view.first_mark = next(i for i in range(start, len(natives)) if marks_in(natives[i : i + 1]))
+    memo.keep(key, Remembered(natives, view, counter), reused=start)
+
+
+def _user_blocks_view(
+    view: View, content: list[dict[str, Any]], i: int, counter: TokenCounter, base: dict[str, int]
+) -> None:
+    """A user message of several blocks: a tool message per ``tool_result``, then one user message of
+    the other blocks when they hold text (or are all there is)."""
+    known, count = counter.known.get, counter.text
+    out, units, counts = view.messages, view.units, view.counts
+    others: list[int] = []
+    has_text = False
+    for b, block in enumerate(content):
+        kind = block.get("type")
+        if kind != "tool_result":
+            others.append(b)
+            if kind == "text":
+                has_text = True
+            continue
+        call_id = block.get("tool_use_id", "")
+        if call_id.__class__ is not str:
+            call_id = str(call_id)
+        result = block.get("content")
+        if result.__class__ is str:
+            tokens = known(result) or count(result)
+        elif isinstance(result, list | str):
+            result, tokens = counted_content(result, counter)
+        else:
+            result, tokens = "", 0
+        out.append({"role": "tool", "tool_call_id": call_id, "content": result, REF: len(units)})
+        units.append(Unit("result", i, (b,)))
+        counts.append(base["tool"] + (known(call_id) or count(call_id)) + tokens)
+    if others and (has_text or len(others) == len(content)):
+        parts, tokens = counted_content([content[b] for b in others], counter)
+        out.append({"role": "user", "content": parts, REF: len(units)})
+        units.append(Unit("user", i, others))
+        counts.append(base["user"] + tokens)
 
 
 def _assistant_view(content: list[dict[str, Any]], ref: int, counter: TokenCounter) -> tuple[Message, int]:
