@@ -89,6 +89,19 @@ def test_the_responses_view_groups_each_assistant_step_with_its_calls_and_output
     assert view[7]["content"] == [{"type": "text", "text": "Fixed."}]  # with the web search item, opaque
 
 
+def test_an_input_opening_with_a_server_side_call_is_shaped_and_sent_as_it_came() -> None:
+    # what a chain that cut the opening user message leaves, sent again: it used to fail with a 500
+    body = {
+        "model": "gpt-4o",
+        "input": [
+            {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search"}},
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go on"}]},
+        ],
+    }
+    assert [m["role"] for m in responses.to_view(body).messages] == ["assistant", "user"]
+    assert run("responses", [{"type": "passthrough"}], body) == body
+
+
 def test_an_unchanged_chain_sends_the_responses_request_as_it_came() -> None:
     body = codex_body()
     assert run("responses", [{"type": "passthrough"}], body) == body

@@ -30,7 +30,7 @@ summary, a ``Used tool`` note) become input messages of their role.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -100,7 +100,7 @@ class _Step:
         self.kinds: list[str] = []
 
 
-def to_view(body: dict[str, Any], counter: TokenCounter | None = None, memo: ViewMemo | None = None) -> View:  # noqa: C901, PLR0915 (issue 24 debt: to split per item kind)
+def to_view(body: dict[str, Any], counter: TokenCounter | None = None, memo: ViewMemo | None = None) -> View:
     """The request as chat messages for the chain.
 
     Each view message is counted by the chat recipe as it is built, with ``counter``'s strings (an
@@ -110,15 +110,10 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None, memo: Vie
     (up to the last unit they close; ``spans[i]`` is -1 where item ``i`` continues a step).
     """
     counter = counter or TokenCounter(approximate_length)
-    known, count = counter.known.get, counter.text
+    count = counter.text
     instructions, raw = body.get("instructions"), body.get("input")
     key = conversation_key(SURFACE, instructions, raw) if memo is not None and isinstance(raw, list) else None
-    remembered = memo.recall(key, counter) if memo is not None else None
-    start = _resume_at(remembered, raw) if remembered is not None and isinstance(raw, list) else 0
-    view = remembered.view.prefix(start) if remembered is not None and start else View([], [])
-    if not start and isinstance(instructions, str) and instructions:
-        system: Message = {"role": "system", "content": instructions}
-        view.add(system, Unit("instructions", opaque=True), counter.message(system))
+    view, start = _opening(instructions, raw, counter, memo, key)
     if isinstance(raw, str):
         only: Message = {"role": "user", "content": raw}
         view.add(only, Unit("input_string"), counter.message(only))
@@ -131,35 +126,7 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None, memo: Vie
     base = {role: TOKENS_PER_MESSAGE + count(role) for role in KNOWN_ROLES}
     step: _Step | None = None
 
-    def close() -> None:
-        nonlocal step
-        if step is None:
-            return
-        message: Message = {"role": "assistant"}
-        tokens = base["assistant"]
-        if step.text_item is not None:
-            content = items[step.text_item].get("content")
-            if isinstance(content, str | list):
-                message["content"], text_tokens = counted_content(content, counter)
-                tokens += text_tokens
-            else:
-                message["content"] = None
-        elif not step.calls:  # reasoning or server-side items alone: opaque
-            message["content"] = opaque = "(" + ", ".join(step.kinds) + ")"
-            tokens += count(opaque)
-        else:
-            message["content"] = None
-        if step.calls:
-            message["tool_calls"] = step.calls
-            for call in step.calls:
-                function = call["function"]
-                name, arguments = function["name"], function["arguments"]
-                tokens += (known(name) or count(name)) + (known(arguments) or count(arguments))
-        opaque_step = step.text_item is None and not step.calls
-        view.add(message, Unit("step", items=step.items, opaque=opaque_step), tokens)
-        step = None
-
-    out, units, counts, spans = view.messages, view.units, view.counts, view.spans
+    out, units, spans = view.messages, view.units, view.spans
     leading = leading_system_count(out) == len(out)  # no other item yet: instructions go on
     for i, item in enumerate(items[start:], start):
         kind = kinds[i - start]
@@ -171,53 +138,20 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None, memo: Vie
             else kind not in ORDINARY and opaque_alone(kind, role, leading)
         )
         if alone:
-            close()
-            spans.append(len(units))
-            label = f"({kind or 'item'})"
-            opaque_role = "developer" if leading or kind in TOOL_DECLARATIONS else "assistant"
-            view.add(
-                {"role": opaque_role, "content": label, OPAQUE: True},
-                Unit(DECLARATION if kind in TOOL_DECLARATIONS else "opaque", i, opaque=True),
-                base[opaque_role] + count(label),
-            )
+            _close(step, items, view, base, counter)
+            step = None
+            _add_opaque(view, kind, i, leading, base, count)
             continue
         if leading:
             leading = kind == "message" and role in SYSTEM_ROLES
         if kind == "message" and role != "assistant":
-            if step is not None:
-                close()
-            spans.append(len(units))
-            content = item.get("content")
-            if isinstance(content, str | list):
-                content, tokens = counted_content(content, counter)
-            else:
-                content, tokens = None, 0
-            message = {"role": role, "content": content, REF: len(units)}
-            plain = ANNOTATION_KEYS.isdisjoint(item)  # the role is known: opaque_alone took the others
-            if not plain:
-                check_annotations(item, f"input[{i}]")
-                message.update(annotations_of(item))
-            units.append(Unit("message", i))
-            out.append(message)
-            counts.append(base[str(role)] + tokens if plain else None)
+            _close(step, items, view, base, counter)
+            step = None
+            _add_message(view, item, i, base[str(role)], counter)
         elif kind.endswith("_output"):
-            if step is not None:
-                close()
-            spans.append(len(units))
-            output = item.get("output")
-            if output.__class__ is str:
-                content, tokens = output, known(output) or count(output)
-            elif isinstance(output, list | str):
-                content, tokens = counted_content(output, counter)
-            else:
-                content = json.dumps(output)
-                tokens = count(content)
-            call_id = item.get("call_id")
-            if call_id.__class__ is not str:
-                call_id = output_call_id(item) or ""
-            out.append({"role": "tool", "tool_call_id": call_id, "content": content, REF: len(units)})
-            units.append(Unit("output", i))
-            counts.append(base["tool"] + (known(call_id) or count(call_id)) + tokens)
+            _close(step, items, view, base, counter)
+            step = None
+            _add_output(view, item, i, base["tool"], counter)
         else:  # assistant-side: a text message, reasoning, a call, a server-side tool item
             is_call = kind in TOOL_CALLS
             if not is_call and kind.endswith("_call"):
@@ -225,38 +159,157 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None, memo: Vie
                     answered = answered_calls(items, input_items(body)[1])
                     server_call = i
                 is_call = item.get("call_id") in answered
-            if (
-                step is None
-                and not is_call
-                and kind not in STEP_KINDS
-                and units[-1].kind == "output"
-                and output_follows(kinds, i - start)
-            ):
-                units[-1] = replace(units[-1], items=(*units[-1].items, i))  # rides with the output before it
-                spans.append(-1)
-                continue
-            opens = step is None or (
-                (kind == "reasoning" or kind == "message") and (step.text_item is not None or step.calls)
-            )
-            if opens:
-                close()
-                step = _Step()
-            spans.append(len(units) if opens else -1)
-            assert step is not None
-            step.items.append(i)
-            step.kinds.append(kind)
-            if kind == "message":
-                step.text_item = i
-            elif is_call:
-                step.calls.append(view_call(item, kind))
+            step = _assistant_item(view, items, kinds, start, i, kind, is_call, step, base, counter)
     open_step = step is not None  # a later request's next item may still belong to it
-    close()
+    _close(step, items, view, base, counter)
     spans.append(-1 if open_step else len(units))
     if server_call is not None:  # a later request may answer it: no view is taken past it
         spans[server_call + 1 :] = [-1] * (len(spans) - server_call - 1)
     if memo is not None:
         memo.keep(key, Remembered(items, view, counter), reused=start)
     return view
+
+
+def _opening(
+    instructions: Any, raw: Any, counter: TokenCounter, memo: ViewMemo | None, key: bytes | None
+) -> tuple[View, int]:
+    """The view's start and the first item still to convert: the remembered view of the leading
+    items equal to the conversation's previous request's, else the instructions alone."""
+    remembered = memo.recall(key, counter) if memo is not None else None
+    start = _resume_at(remembered, raw) if remembered is not None and isinstance(raw, list) else 0
+    view = remembered.view.prefix(start) if remembered is not None and start else View([], [])
+    if not start and isinstance(instructions, str) and instructions:
+        system: Message = {"role": "system", "content": instructions}
+        view.add(system, Unit("instructions", opaque=True), counter.message(system))
+    return view, start
+
+
+def _assistant_item(
+    view: View,
+    items: list[Any],
+    kinds: list[str],
+    start: int,
+    i: int,
+    kind: str,
+    is_call: bool,
+    step: _Step | None,
+    base: dict[str, int],
+    counter: TokenCounter,
+) -> _Step | None:
+    """An assistant-side item (a text message, reasoning, a call, a server-side tool item): it rides
+    with the output before it, or opens a step, or continues the open one. The step open after it."""
+    units, spans = view.units, view.spans
+    if (
+        step is None
+        and not is_call
+        and kind not in STEP_KINDS
+        and units
+        and units[-1].kind == "output"
+        and output_follows(kinds, i - start)
+    ):
+        units[-1] = replace(units[-1], items=(*units[-1].items, i))  # rides with the output before it
+        spans.append(-1)
+        return None
+    opens = step is None or (
+        (kind == "reasoning" or kind == "message") and (step.text_item is not None or step.calls)
+    )
+    if opens:
+        _close(step, items, view, base, counter)
+        step = _Step()
+    spans.append(len(units) if opens else -1)
+    assert step is not None
+    step.items.append(i)
+    step.kinds.append(kind)
+    if kind == "message":
+        step.text_item = i
+    elif is_call:
+        step.calls.append(view_call(items[i], kind))
+    return step
+
+
+def _close(
+    step: _Step | None, items: list[Any], view: View, base: dict[str, int], counter: TokenCounter
+) -> None:
+    """The assistant step being read, as one view message (nothing when no step is open)."""
+    if step is None:
+        return
+    known, count = counter.known.get, counter.text
+    message: Message = {"role": "assistant"}
+    tokens = base["assistant"]
+    if step.text_item is not None:
+        content = items[step.text_item].get("content")
+        if isinstance(content, str | list):
+            message["content"], text_tokens = counted_content(content, counter)
+            tokens += text_tokens
+        else:
+            message["content"] = None
+    elif not step.calls:  # reasoning or server-side items alone: opaque
+        message["content"] = opaque = "(" + ", ".join(step.kinds) + ")"
+        tokens += count(opaque)
+    else:
+        message["content"] = None
+    if step.calls:
+        message["tool_calls"] = step.calls
+        for call in step.calls:
+            function = call["function"]
+            name, arguments = function["name"], function["arguments"]
+            tokens += (known(name) or count(name)) + (known(arguments) or count(arguments))
+    opaque_step = step.text_item is None and not step.calls
+    view.add(message, Unit("step", items=step.items, opaque=opaque_step), tokens)
+
+
+def _add_opaque(
+    view: View, kind: str, i: int, leading: bool, base: dict[str, int], count: Callable[[str], int]
+) -> None:
+    """An item the chain may only keep or drop whole, as a labelled opaque message."""
+    view.spans.append(len(view.units))
+    label = f"({kind or 'item'})"
+    opaque_role = "developer" if leading or kind in TOOL_DECLARATIONS else "assistant"
+    view.add(
+        {"role": opaque_role, "content": label, OPAQUE: True},
+        Unit(DECLARATION if kind in TOOL_DECLARATIONS else "opaque", i, opaque=True),
+        base[opaque_role] + count(label),
+    )
+
+
+def _add_message(view: View, item: dict[str, Any], i: int, base: int, counter: TokenCounter) -> None:
+    """A message item of a known role other than the assistant's."""
+    units = view.units
+    view.spans.append(len(units))
+    content = item.get("content")
+    if isinstance(content, str | list):
+        content, tokens = counted_content(content, counter)
+    else:
+        content, tokens = None, 0
+    message = {"role": item.get("role"), "content": content, REF: len(units)}
+    plain = ANNOTATION_KEYS.isdisjoint(item)  # the role is known: opaque_alone took the others
+    if not plain:
+        check_annotations(item, f"input[{i}]")
+        message.update(annotations_of(item))
+    units.append(Unit("message", i))
+    view.messages.append(message)
+    view.counts.append(base + tokens if plain else None)
+
+
+def _add_output(view: View, item: dict[str, Any], i: int, base: int, counter: TokenCounter) -> None:
+    """A tool's output item, as a tool message."""
+    known, count = counter.known.get, counter.text
+    units = view.units
+    view.spans.append(len(units))
+    output = item.get("output")
+    if output.__class__ is str:
+        content, tokens = output, known(output) or count(output)
+    elif isinstance(output, list | str):
+        content, tokens = counted_content(output, counter)
+    else:
+        content = json.dumps(output)
+        tokens = count(content)
+    call_id = item.get("call_id")
+    if call_id.__class__ is not str:
+        call_id = output_call_id(item) or ""
+    view.messages.append({"role": "tool", "tool_call_id": call_id, "content": content, REF: len(units)})
+    units.append(Unit("output", i))
+    view.counts.append(base + (known(call_id) or count(call_id)) + tokens)
 
 
 def _resume_at(remembered: Remembered, items: list[Any]) -> int:
