@@ -208,7 +208,7 @@ class TokenCounter:
                 self._held.extend(messages)
         return counts
 
-    def _plain_walk(self, message: Any) -> int | None:  # noqa: C901 (hot walk, issue 24 debt)
+    def _plain_walk(self, message: Any) -> int | None:
         if message.__class__ is not dict:
             return None
         strings = self._strings
@@ -234,36 +234,46 @@ class TokenCounter:
                     continue
                 if value.__class__ is not list:
                     return None
-                if key == "content":
-                    for part in value:  # plain parts: objects whose text, if any, is a string
-                        if part.__class__ is not dict or (
-                            "text" in part and part["text"].__class__ is not str
-                        ):
-                            return None
-                    total += self._parts(value)
-                    continue
-                for call in value:  # plain calls: {id, function: {name, arguments}}, string values
-                    function = call.get("function") if call.__class__ is dict else None
-                    if function.__class__ is not dict or call.get("id", "").__class__ is not str:
-                        return None
-                    name = function.get("name")
-                    if name.__class__ is not str:
-                        return None
-                    try:
-                        total += cache[name]
-                    except KeyError:
-                        total += strings.tokenize(name)
-                    if "arguments" in function:
-                        arguments = function["arguments"]
-                        if arguments.__class__ is not str:
-                            return None
-                        try:
-                            total += cache[arguments]
-                        except KeyError:
-                            total += strings.tokenize(arguments)
+                counted = self._plain_parts(value) if key == "content" else self._plain_calls(value)
+                if counted is None:
+                    return None
+                total += counted
             elif key in _STRING_KEYS or key in ANNOTATION_KEYS or isinstance(value, str):
                 return None  # a checked field of another type, an annotation, or a str subclass
         return total if has_role else None
+
+    def _plain_parts(self, parts: list[Any]) -> int | None:
+        """Plain content parts (objects whose text, if any, is a string) counted, else ``None``."""
+        for part in parts:
+            if part.__class__ is not dict or ("text" in part and part["text"].__class__ is not str):
+                return None
+        return self._parts(parts)
+
+    def _plain_calls(self, calls: list[Any]) -> int | None:
+        """Plain tool calls (``{id, function: {name, arguments}}``, string values) counted, else ``None``."""
+        strings = self._strings
+        cache = strings.cache
+        total = 0
+        for call in calls:
+            function = call.get("function") if call.__class__ is dict else None
+            if function.__class__ is not dict or call.get("id", "").__class__ is not str:
+                return None
+            name = function.get("name")
+            if name.__class__ is not str:
+                return None
+            try:
+                total += cache[name]
+            except KeyError:
+                total += strings.tokenize(name)
+            if "arguments" in function:
+                arguments = function["arguments"]
+                if arguments.__class__ is not str:
+                    return None
+                try:
+                    total += cache[arguments]
+                except KeyError:
+                    total += strings.tokenize(arguments)
+        return total
 
     def _walk(self, message: Message) -> int:
         cache = self._strings.cache
