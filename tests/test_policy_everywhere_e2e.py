@@ -51,19 +51,34 @@ def upstream(recorder: tuple[Recorder, str]) -> Recorder:  # noqa: F811
     return recorder[0]
 
 
+OPEN: list[anthropic.Anthropic | openai.OpenAI] = []
+"""The SDK clients a test made, closed after it (an unclosed socket warns later, in another test)."""
+
+
+@pytest.fixture(autouse=True)
+def close_clients() -> Iterator[None]:
+    yield
+    while OPEN:
+        OPEN.pop().close()
+
+
 def claude(server: Server, role: str) -> anthropic.Anthropic:
-    return anthropic.Anthropic(
+    client = anthropic.Anthropic(
         base_url=server.url, api_key="client-key", max_retries=0, default_headers={"X-Agent-Role": role}
     )
+    OPEN.append(client)
+    return client
 
 
 def oai(server: Server, role: str) -> openai.OpenAI:
-    return openai.OpenAI(
+    client = openai.OpenAI(
         base_url=f"{server.url}/v1",
         api_key="client-key",
         max_retries=0,
         default_headers={"X-Agent-Role": role},
     )
+    OPEN.append(client)
+    return client
 
 
 def with_pinned_secrets() -> list[dict[str, Any]]:
