@@ -22,6 +22,7 @@ from pydantic import (
 
 from proxy.config.policies import PoliciesConfig, PolicyMode
 from proxy.config.pricing import PricingConfig, default_pricing
+from proxy.config.quotas import RateLimits, redis_url_or_none
 from proxy.config.strict import StrictModel
 from proxy.config.summaries import SummaryCacheConfig
 from proxy.core.cost import Pricing
@@ -149,6 +150,18 @@ class LimitsConfig(StrictModel):
     surface_memo_messages: int = Field(default=20_000, ge=0)
     """Native messages the views of recent Responses and Messages conversations may hold in all, so a
     request converts only what its conversation's previous request did not have (0: off)."""
+    per_tenant: RateLimits = Field(default_factory=RateLimits)
+    """Requests and tokens a minute for each tenant (by proxy key)."""
+    per_role: dict[str, RateLimits] = Field(default_factory=dict)
+    """Requests and tokens a minute for each tenant's callers of a role (``X-Agent-Role``)."""
+    redis_url: SecretStr | None = None
+    """Redis shared by every replica and worker for the per-tenant and per-role limits (none: each
+    process counts alone, so N processes admit N times the limits)."""
+    lease_s: float = Field(default=10, ge=1, le=600)
+    """A shared concurrency slot lives this long unless its process renews it (every third of it), so a
+    killed replica's slots come back after at most this."""
+
+    _redis_url = field_validator("redis_url")(redis_url_or_none)
 
 
 class CacheControlSlot(CacheControl):
