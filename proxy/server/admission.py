@@ -22,7 +22,6 @@ from proxy.server.quotas import (
     Slot,
     checks_for,
     input_tokens,
-    limits_apply,
     role_of,
 )
 from proxy.server.shared_limits import SharedCounters
@@ -60,9 +59,7 @@ class Quotas:
         return shared, shared.member()
 
     async def admit(self, config: Config, tenant: str | None, scope: Scope) -> Ticket | Refusal | None:
-        """A ticket, a refusal, or None when no per-tenant limit is configured."""
-        if not limits_apply(config.limits):
-            return None
+        """A ticket, a refusal, or None when no per-tenant limit applies to the request."""
         slot, rates = checks_for(config.limits, tenant, role_of(config, scope))
         if slot is None and not rates:
             return None

@@ -32,7 +32,7 @@ from proxy.observability.metrics import Exchange, request_id_for
 from proxy.server.admission import Quotas
 from proxy.server.caller import proxy_token, tenant_for_key
 from proxy.server.edge import error_answer, route_path, scope_headers
-from proxy.server.quotas import Refusal
+from proxy.server.quotas import Refusal, limits_apply
 from proxy.server.reload import StateSwitch
 from proxy.server.surfaces import error_surface
 
@@ -189,9 +189,9 @@ class RequestGuard:
             message = f"the proxy is already serving {limit} requests (limits.max_concurrent); retry shortly"
             await self._refuse(scope, receive, send, message)
             return
-        ticket = (
-            await self.quotas.admit(state.config, _tenant_of(state.config, scope), scope) if limited else None
-        )
+        ticket = None
+        if limited and limits_apply(limits):  # else no header is read for the tenant
+            ticket = await self.quotas.admit(state.config, _tenant_of(state.config, scope), scope)
         if isinstance(ticket, Refusal):
             await self._refuse(scope, receive, send, ticket.message, ticket.retry_after_s)
             return
