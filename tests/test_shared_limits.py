@@ -15,7 +15,7 @@ import pytest
 
 from proxy.config.loading import parse_config
 from proxy.config.models import Config
-from proxy.server.quotas import Rate, Slot
+from proxy.server.quotas import LocalCounters, Rate, Slot
 from proxy.server.shared_limits import SharedCounters
 from tests.test_reliability import FaultUpstream, chat, eventually, serving
 from tests.test_summaries_redis import RedisServer, redis_server
@@ -141,3 +141,21 @@ async def test_with_redis_unreachable_each_process_still_holds_its_own_limits() 
         await counters.aclose()
     assert answers[:2] == [None, None] and answers[2] is not None
     assert "limits.per_tenant.requests_per_minute" in answers[2].message
+
+
+async def test_the_rate_window_slides_the_previous_minute_out_and_says_when_to_retry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [6000.0]  # the start of a minute
+    monkeypatch.setattr("proxy.server.quotas.time.time", lambda: now[0])
+    rate = Rate("tenant:a:requests", 10, 1, "limits.per_tenant.requests_per_minute", "tenant 'a'")
+    counters = LocalCounters()
+    assert [await counters.admit(None, "m", [rate]) for _ in range(10)] == [None] * 10
+    full = await counters.admit(None, "m", [rate])
+    assert full is not None and full.retry_after_s == 60  # nothing leaves before the minute is over
+    now[0] += 90  # half-way through the next minute: the previous one weighs 10 x 0.5
+    admitted = [await counters.admit(None, "m", [rate]) for _ in range(6)]
+    assert admitted[:5] == [None] * 5 and admitted[5] is not None
+    assert admitted[5].retry_after_s == 6  # one request's room: a tenth of the previous minute's weight
+    now[0] += 120  # two minutes idle: all forgotten
+    assert await counters.admit(None, "m", [rate]) is None
