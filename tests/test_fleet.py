@@ -102,7 +102,7 @@ summary_cache: {{key_prefix: "test-fleet:"}}
     def log(self, index: int) -> Path:
         return self.folder / f"replica-{index}.log"
 
-    def start(self, index: int) -> None:
+    def start(self, index: int, workers: int = 1) -> None:
         with self.log(index).open("ab") as sink:
             self.processes[index] = subprocess.Popen(
                 [
@@ -114,6 +114,8 @@ summary_cache: {{key_prefix: "test-fleet:"}}
                     str(self.config),
                     "--port",
                     str(self.ports[index]),
+                    "--workers",
+                    str(workers),
                 ],
                 cwd=REPO,
                 env=offline_env(),
@@ -234,11 +236,11 @@ def fleet(upstream: tuple[Upstream, str], tmp_path_factory: pytest.TempPathFacto
         redis_server.stop()
 
 
-def client(fleet: Fleet, headers: dict[str, str], retries: int = 0) -> openai.OpenAI:
+def client(url: str, headers: dict[str, str], retries: int = 0) -> openai.OpenAI:
     # a fresh connection per request: nothing rides on a keep-alive connection an nginx reload closes
     http = httpx.Client(limits=httpx.Limits(max_keepalive_connections=0), timeout=60)
     return openai.OpenAI(
-        base_url=f"{fleet.url}/v1",
+        base_url=f"{url}/v1",
         api_key=KEY,
         max_retries=retries,
         default_headers=headers,
@@ -246,10 +248,10 @@ def client(fleet: Fleet, headers: dict[str, str], retries: int = 0) -> openai.Op
     )
 
 
-def ask(fleet: Fleet, marker: str, hold: bool = False, retries: int = 0) -> int | str:
+def ask(url: str, marker: str, hold: bool = False, retries: int = 0) -> int | str:
     """A streamed chat completion: the text it carried, or the HTTP status it was refused with."""
     try:
-        stream = client(fleet, {"x-hold": "1"} if hold else {}, retries).chat.completions.create(
+        stream = client(url, {"x-hold": "1"} if hold else {}, retries).chat.completions.create(
             model="gpt-4o", messages=[{"role": "user", "content": marker}], stream=True
         )
         return "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
@@ -270,7 +272,7 @@ def test_a_tenants_concurrency_limit_holds_in_total_across_three_replicas(
     recorder, holder = upstream[0], upstream[0].holder
     holder.release.clear()
     with ThreadPoolExecutor(12) as pool:
-        held = [pool.submit(ask, fleet, f"total-{n}", hold=True) for n in range(12)]
+        held = [pool.submit(ask, fleet.url, f"total-{n}", hold=True) for n in range(12)]
         wait_for(lambda: sum(1 for f in held if f.done()) == 12 - LIMIT)
         assert holder.holding == LIMIT  # only LIMIT reached the upstream, though each replica admits LIMIT
         holder.release.set()
@@ -291,14 +293,14 @@ def test_a_killed_replicas_slots_come_back_after_the_lease(
     holder.release.clear()
     pool = ThreadPoolExecutor(LIMIT)
     try:
-        held = [pool.submit(ask, fleet, f"killed-{n}", hold=True) for n in range(LIMIT)]
+        held = [pool.submit(ask, fleet.url, f"killed-{n}", hold=True) for n in range(LIMIT)]
         wait_for(lambda: holder.holding == LIMIT)
         assert fleet.stop(0, signal.SIGKILL) == -signal.SIGKILL  # it held 1 or 2 of the tenant's slots
         killed_at = time.monotonic()
         tries = []
         while not tries or not isinstance(tries[-1], str):
             assert time.monotonic() - killed_at < LEASE_S * 3, tries
-            tries.append(ask(fleet, f"killed-retry-{len(tries)}"))
+            tries.append(ask(fleet.url, f"killed-retry-{len(tries)}"))
             time.sleep(0.1)
         came_back = time.monotonic() - killed_at
     finally:
@@ -325,7 +327,7 @@ def test_a_rolling_restart_loses_no_request_and_sends_none_twice(
             marker = f"rolling-{worker}-{n}"
             # the SDK's own retries, as a client has them: a connection an nginx worker closes on
             # reload before reading the request is tried again (the upstream count shows no double)
-            answers[marker] = ask(fleet, marker, retries=2)
+            answers[marker] = ask(fleet.url, marker, retries=2)
 
     with ThreadPoolExecutor(LIMIT - 1) as pool:
         workers = [pool.submit(load, w) for w in range(LIMIT - 1)]
@@ -357,3 +359,23 @@ def finished_while_stopping(log: str) -> int:
     """Requests answered 200 between a replica's "Shutting down" and its exit."""
     stopping = (part.partition("Application shutdown complete")[0] for part in log.split("Shutting down")[1:])
     return sum(part.count('"status":200') for part in stopping)
+
+
+def test_the_limit_holds_across_the_worker_processes_of_one_replica(
+    fleet: Fleet, upstream: tuple[Upstream, str]
+) -> None:
+    holder = upstream[0].holder
+    fleet.stop(2, signal.SIGTERM)
+    fleet.start(2, workers=2)  # each worker process admits on its own, but counts in Redis
+    direct = f"http://127.0.0.1:{fleet.ports[2]}"  # straight to that replica, past nginx
+    holder.release.clear()
+    pool = ThreadPoolExecutor(10)
+    try:
+        held = [pool.submit(ask, direct, f"workers-{n}", hold=True) for n in range(10)]
+        wait_for(lambda: sum(1 for f in held if f.done()) == 10 - LIMIT, within=30)
+        reached = holder.holding
+    finally:
+        holder.release.set()
+        pool.shutdown(wait=True)
+    assert reached == LIMIT
+    assert sorted(str(f.result()) for f in held).count("429") == 10 - LIMIT
