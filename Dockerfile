@@ -7,6 +7,7 @@ ARG BASE=debian:bookworm-slim
 
 # --- build: a virtualenv with the proxy and its dependencies (pip lives only in this stage) -------
 FROM ${BASE} AS build
+LABEL org.opencontainers.image.title=history-proxy
 ENV DEBIAN_FRONTEND=noninteractive PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN apt-get update \
     && apt-get install -y --no-install-recommends python3 python3-venv ca-certificates \
@@ -29,6 +30,8 @@ RUN /opt/history-proxy/bin/python -c \
 
 # --- run: Debian's Python and the virtualenv; no pip, no compiler, no apt lists ------------------
 FROM ${BASE}
+LABEL org.opencontainers.image.title=history-proxy \
+      org.opencontainers.image.description="OpenAI-compatible reverse proxy that shapes agents' conversation histories"
 ENV DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
     && apt-get install -y --no-install-recommends python3 \

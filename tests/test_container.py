@@ -135,11 +135,19 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> str:
     if podman("image", "exists", BASE, check=False).returncode != 0:
         make_base_image()
     context = build_context(tmp_path_factory.mktemp("context"))
-    built = podman(
-        "build", "--format", "docker", "--pull=never", "--network", "host", "-t", IMAGE, str(context),
-        check=False, timeout=600,
-    )  # fmt: skip
-    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    for target in (
+        ["--target", "build", "-t", f"{IMAGE}-build"],
+        ["-t", IMAGE],
+    ):  # the build stage tagged too
+        built = podman(
+            "build", "--format", "docker", "--pull=never", "--network", "host", *target, str(context),
+            check=False, timeout=600,
+        )  # fmt: skip
+        assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    # earlier builds of both stages, now untagged; the tagged ones stay as the next run's layer cache
+    podman(
+        "image", "prune", "-f", "--filter", "label=org.opencontainers.image.title=history-proxy", check=False
+    )
     return IMAGE
 
 
