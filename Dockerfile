@@ -16,8 +16,10 @@ RUN apt-get update \
 COPY deploy/build-env/ /build-env/
 RUN python3 -m venv /opt/history-proxy
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY proxy ./proxy
+# proxy/config/default.yaml links to it: the wheel packages the default config
+COPY config/default.yaml ./config/default.yaml
 RUN if [ -f /build-env/ca-certificates.crt ]; then export PIP_CERT=/build-env/ca-certificates.crt; fi \
     && if [ -f /build-env/pip.conf ]; then export PIP_CONFIG_FILE=/build-env/pip.conf; fi \
     && /opt/history-proxy/bin/pip install --quiet . \
@@ -40,22 +42,21 @@ RUN apt-get update \
     && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
         --shell /usr/sbin/nologin history-proxy
 COPY --from=build /opt/history-proxy /opt/history-proxy
-# The default config (offline: the built-in mock answers until OPENAI_API_KEY is set); mount your own over it.
-COPY config/default.yaml /config/config.yaml
 ENV PATH=/opt/history-proxy/bin:$PATH \
     XDG_CACHE_HOME=/opt/history-proxy/cache \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
-    HISTORY_PROXY_CONFIG=/config/config.yaml \
     HOST=0.0.0.0 \
     PORT=8080 \
     WORKERS=1
 # Nothing below writes to the image: run it with a read-only root and a tmpfs on /tmp (workers > 1
 # keep their metrics files there).
 USER 10001:10001
-RUN history-proxy check "$HISTORY_PROXY_CONFIG"
+RUN history-proxy check
 EXPOSE 8080
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
     CMD ["python3", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('PORT', '8080'), timeout=2)"]
 STOPSIGNAL SIGTERM
-CMD ["sh", "-c", "exec history-proxy serve --config \"$HISTORY_PROXY_CONFIG\" --host \"$HOST\" --port \"$PORT\" --workers \"$WORKERS\""]
+# The config: $HISTORY_PROXY_CONFIG, else a file mounted at /config/config.yaml, else the packaged
+# default config (offline: the built-in mock answers until OPENAI_API_KEY is set).
+CMD ["sh", "-c", "[ -n \"$HISTORY_PROXY_CONFIG\" ] || [ ! -f /config/config.yaml ] || export HISTORY_PROXY_CONFIG=/config/config.yaml; exec history-proxy serve --host \"$HOST\" --port \"$PORT\" --workers \"$WORKERS\""]

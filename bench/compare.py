@@ -1,7 +1,14 @@
 """Two trees of the proxy in one run: one upstream, segments interleaved, so drift cancels.
 
 ``python -m bench.compare OLD NEW [--cells 20-nonstream-c64 100-nonstream-c1] [--chains worker]
-[--seconds 3] [--rounds 1] [--memory 3] [--slow-streams 1000]``
+[--seconds 3] [--rounds 1] [--memory 3] [--slow-streams 1000] [--telemetry] [--env-old K=V] [--env-new K=V]``
+
+``--telemetry`` turns ``telemetry.enabled`` on in the config and starts an OTLP/HTTP collector
+stand-in (:mod:`bench.otlp_sink`) whose URL replaces ``{sink}`` in ``--env-old``/``--env-new``
+values: the same tree twice with other environments compares tracing off
+(``OTEL_SDK_DISABLED=true``), on with a live collector
+(``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT={sink}``), on with a slow one (``--sink-delay-s``) and on
+with a dead one (a port nobody listens on).
 
 OLD and NEW are directories holding the project, e.g. ``git worktree add /tmp/old <commit>``. Each
 proxy runs from its own tree with this interpreter (``python -m proxy`` imports the ``proxy``
@@ -22,16 +29,21 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from bench import procs
 from bench.bodies import encode, synthetic_body
 from bench.fast_upstream import run_fast
 from bench.loadgen import Target, build_request, run_load
+from bench.otlp_sink import Sink
 from bench.report import RESULTS_DIR, jsonable
 from bench.run import CHAINS, SLOW_MODEL, Runner, build_parser, select_cells
 
@@ -56,11 +68,40 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--slow-chunk-delay-ms", type=float, default=500.0)
     parser.add_argument("--no-pin", action="store_true", help="do not pin processes to cores")
     parser.add_argument("--results", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--telemetry", action="store_true", help="telemetry.enabled in the config; a sink")
+    parser.add_argument("--sink-delay-s", type=float, default=0.0, help="the sink answers after this long")
+    parser.add_argument(
+        "--env-old", nargs="*", default=[], metavar="K=V", help="environment of the old proxy"
+    )
+    parser.add_argument(
+        "--env-new", nargs="*", default=[], metavar="K=V", help="environment of the new proxy"
+    )
     args = parser.parse_args(argv)
     for tree in (args.old, args.new):
         if not (tree / "proxy" / "__main__.py").is_file():
             parser.error(f"{tree} does not hold the project (no proxy/__main__.py)")
     return args
+
+
+def enable_telemetry(config_path: Path) -> None:
+    config = yaml.safe_load(config_path.read_text())
+    config_path.write_text(yaml.safe_dump({**config, "telemetry": {"enabled": True}}, sort_keys=False))
+
+
+@contextlib.contextmanager
+def environment(pairs: list[str], sink: str) -> Iterator[None]:
+    """``os.environ`` with ``pairs`` (``K=V``, ``{sink}`` replaced) set while a proxy starts."""
+    given = dict(pair.split("=", 1) for pair in pairs)
+    saved = {name: os.environ.get(name) for name in given}
+    os.environ.update({name: value.replace("{sink}", sink) for name, value in given.items()})
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def runner_args(args: argparse.Namespace) -> argparse.Namespace:
@@ -174,11 +215,14 @@ def main(argv: list[str] | None = None) -> int:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="history-proxy-compare-")))
         runner = Runner(settings, workdir, stack)
         cpus, _ = runner.start_upstreams()
+        sink = stack.enter_context(Sink(args.sink_delay_s)) if args.telemetry else None
+        if sink is not None:
+            enable_telemetry(runner.config_path)
         ports = [procs.free_port() for _ in trees]
-        started = [
-            runner.start_proxy(f"proxy-{tree}", port, path, cpus)
-            for tree, port, path in zip(TREES, ports, trees, strict=True)
-        ]
+        started = []
+        for tree, port, path, env in zip(TREES, ports, trees, (args.env_old, args.env_new), strict=True):
+            with environment(env, sink.url if sink else ""):
+                started.append(runner.start_proxy(f"proxy-{tree}", port, path, cpus))
         print(f"old: {trees[0]}\nnew: {trees[1]}\n{runner.pinning}\n", flush=True)
         print("| cell, chain | old | new |\n|---|---|---|", flush=True)
         rows = run_fast(throughput(runner, ports, started, args))

@@ -222,7 +222,7 @@ class Runner:
 
     def _floor(self, cpus: set[int] | None) -> tuple[Target, str | None, procs.Started]:
         """``bench/floor.py`` served as the proxy is (one uvicorn worker, same loop and parser)."""
-        from proxy.cli import _uvicorn_options
+        from proxy.serve import uvicorn_options as _uvicorn_options
 
         port = procs.free_port()
         options = _uvicorn_options()

@@ -8,106 +8,31 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import json
 import os
-import shutil
 import sys
-import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from proxy import __version__
-from proxy.config.loading import ConfigError, json_schema, load_config, summary
-from proxy.config.models import CONFIG_ENV, DEFAULT_CONFIG_PATH, Config
-from proxy.core.identity import Identity
+from proxy.config.loading import json_schema, summary
+from proxy.config.locate import CONFIG_ENV, STARTER_NAME
+from proxy.config.models import Config
+from proxy.core.identity import Identity, match_role
 from proxy.observability.logs import LOG_FORMATS
+from proxy.serve import CommandError, cmd_init, cmd_serve, load, uvicorn_options
 
 if TYPE_CHECKING:
     from proxy.core.cost import Pricing
 
-APP_FACTORY = "proxy.server.app:app_from_env"
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
-
-
-class CommandError(Exception):
-    """A failure the command reports as one line and exit status 1."""
-
-
-def _load(path: str | None) -> Config:
-    try:
-        return load_config(path)
-    except ConfigError as exc:
-        lines = "\n".join(f"  {error}" for error in exc.errors)
-        noun = "error" if len(exc.errors) == 1 else "errors"
-        raise CommandError(f"{exc.source}: invalid config ({len(exc.errors)} {noun}):\n{lines}") from None
-
-
-def _uvicorn_options() -> dict[str, str]:
-    """uvloop and httptools when installed (uvicorn's fast paths), asyncio and h11 otherwise."""
-    return {
-        "loop": "uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
-        "http": "httptools" if importlib.util.find_spec("httptools") else "h11",
-    }
-
-
-def _share_metrics_between_workers(workers: int) -> str | None:
-    """With several workers, a fresh ``PROMETHEUS_MULTIPROC_DIR`` so ``/metrics`` sums them all.
-
-    Returns the directory to remove at exit; ``None`` with one worker or when the operator set one.
-    """
-    from proxy.observability.metrics import MULTIPROCESS_ENV
-
-    if workers < 2 or os.environ.get(MULTIPROCESS_ENV):
-        return None
-    directory = tempfile.mkdtemp(prefix="history-proxy-metrics-")
-    os.environ[MULTIPROCESS_ENV] = directory
-    return directory
-
-
-def cmd_serve(args: argparse.Namespace) -> int:
-    config_path = Path(args.config or os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH)
-    config = _load(str(config_path))
-    import uvicorn
-
-    from proxy.observability.logs import logging_config
-    from proxy.server.protocol import bounded_http
-
-    os.environ[CONFIG_ENV] = str(config_path.resolve())
-    if args.workers > 1:  # an admin reload in one worker restarts them all through this process
-        from proxy.server.reload import SUPERVISOR_ENV
-
-        os.environ[SUPERVISOR_ENV] = str(os.getpid())
-    metrics_dir = _share_metrics_between_workers(args.workers)
-    upstream = config.upstreams[config.default_upstream]
-    target = "built-in mock" if upstream.is_mock else upstream.base_url
-    print(
-        f"history-proxy {__version__} serving on http://{args.host}:{args.port}/v1 "
-        f"(config {config_path}, default upstream {config.default_upstream}: {target})",
-        flush=True,
-    )
-    try:
-        uvicorn.run(
-            APP_FACTORY,
-            factory=True,
-            host=args.host,
-            port=args.port,
-            workers=args.workers,
-            log_level=args.log_level,
-            # every worker formats uvicorn's lines and ours alike; our access line replaces uvicorn's
-            log_config=logging_config(args.log_format, args.log_level),
-            access_log=False,
-            **{**_uvicorn_options(), **bounded_http(config.limits)},
-        )
-    finally:
-        if metrics_dir is not None:
-            shutil.rmtree(metrics_dir, ignore_errors=True)
-    return 0
+CONFIG_DEFAULTS = f"${CONFIG_ENV}, else ./config/default.yaml, else the packaged default config"
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    config = _load(args.path)
-    print(summary(config))
+    config, path = load(args.path)
+    print(summary(config) if args.path else f"{path}: {summary(config)}")
     return 0
 
 
@@ -129,7 +54,7 @@ def _read_body(source: str) -> Any:
 
 def _add_caller_options(parser: argparse.ArgumentParser) -> None:
     """The config and the caller a chain is run for (``preview`` and ``replay``)."""
-    parser.add_argument("--config", metavar="PATH", help="config file (default: config/default.yaml)")
+    parser.add_argument("--config", metavar="PATH", help=f"config file (default: {CONFIG_DEFAULTS})")
     parser.add_argument("--role", help="caller's role (default: the config's identity.default_role)")
     parser.add_argument("--agent", metavar="NAME", help="caller's agent name")
     parser.add_argument("--phase", metavar="ID", help="current phase id")
@@ -138,8 +63,16 @@ def _add_caller_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _caller(args: argparse.Namespace, config: Config) -> Identity:
+    """The caller ``--role`` and friends name, read as the proxy reads the identity headers."""
+    role, notes = match_role(args.role, config.policies.roles, config.identity.default_role)
+    notes = notes if args.role else ()  # no --role is a choice here, not a missing header
     return Identity(
-        role=args.role or config.identity.default_role, agent=args.agent, phase=args.phase, tenant=args.tenant
+        role=role,
+        agent=args.agent,
+        phase=args.phase,
+        tenant=args.tenant,
+        notes=notes,
+        role_sent=args.role if notes and args.role else None,
     )
 
 
@@ -149,8 +82,10 @@ def cmd_preview(args: argparse.Namespace) -> int:
     from proxy.pipeline.run import Pipeline
     from proxy.surfaces.shape import preview
 
-    config = _load(args.config)
-    body = _read_body(args.file)
+    if args.file is None and sys.stdin.isatty():  # nothing piped in: say what to give, never wait
+        raise CommandError(f"give a request body FILE, or pipe one in (FILE -)\n{args.usage.strip()}")
+    config, _ = load(args.config)
+    body = _read_body(args.file or "-")
     pipeline = Pipeline(config, TokenCounters())
     try:
         shaped = asyncio.run(preview(pipeline, body, _caller(args, config), args.api))
@@ -162,65 +97,34 @@ def cmd_preview(args: argparse.Namespace) -> int:
 
 def _pricing(value: str | None) -> Pricing | None:
     """``--pricing``: a preset name, or a YAML/JSON file holding a pricing mapping."""
-    import yaml
-    from pydantic import ValidationError
+    from proxy.config.pricing import pricing_option
 
-    from proxy.config.pricing import PricingConfig
-
-    if value is None:
-        return None
-    if value in ("openai", "anthropic"):
-        return PricingConfig.model_validate(value).pricing()
     try:
-        data = yaml.safe_load(Path(value).read_text(encoding="utf-8"))
-        return PricingConfig.model_validate(data).pricing()
-    except OSError as exc:
-        raise CommandError(
-            f"--pricing {value}: not a preset (openai, anthropic) nor a readable file: {exc.strerror or exc}"
-        ) from None
-    except (yaml.YAMLError, ValidationError) as exc:
-        raise CommandError(f"--pricing {value}: not a pricing mapping: {exc}".splitlines()[0]) from None
-
-
-def _is_tool_loop(messages: Any, least: int) -> bool:
-    """A conversation of at least ``least`` messages in which the model called a tool."""
-    return (
-        isinstance(messages, list)
-        and len(messages) >= least
-        and any(isinstance(m, dict) and m.get("tool_calls") for m in messages)
-    )
+        return pricing_option(value) if value is not None else None
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from proxy.core.tokens import TokenCounters
-    from proxy.devtools.replay import ReplayResult, replay
-    from proxy.devtools.replay_render import many_totals, render_html, render_many, render_text
-    from proxy.errors import ProxyError
+    from proxy.devtools.replay import ReplayError
+    from proxy.devtools.replay_compare import chat_bodies, replay_files
+    from proxy.devtools.replay_html import render_html
+    from proxy.devtools.replay_render import many_totals, render_many, render_text
     from proxy.pipeline.run import Pipeline
-    from proxy.surfaces.shape import as_chat, surface_named
 
-    config = _load(args.config)
-    pricing = _pricing(args.pricing)
+    if args.compare:
+        return _compare(args)
+    config, _ = load(args.config)
     identity = _caller(args, config)
     if args.html and len(args.file) > 1:
         raise CommandError("--html draws one conversation: give one FILE")
-    results: dict[str, ReplayResult] = {}
     tokens = TokenCounters()
-    for file in args.file:
-        body = _read_body(file)
-        try:  # a Responses or Messages body replays as its view
-            body = as_chat(surface_named(args.api, body), body)
-        except ProxyError as exc:
-            raise CommandError(f"{file}: {exc.message}") from None
-        messages = body.get("messages") if isinstance(body, dict) else None
-        if args.tool_loops and not _is_tool_loop(messages, args.tool_loops):
-            continue
-        try:
-            results[file] = asyncio.run(replay(Pipeline(config, tokens), body, identity, pricing))
-        except ValueError as exc:
-            raise CommandError(f"{file}: {exc}") from None
-        except ProxyError as exc:
-            raise CommandError(f"{file}: the proxy would answer {exc.status_code}: {exc.message}") from None
+    try:
+        bodies = chat_bodies({file: _read_body(file) for file in args.file}, args.api, args.tool_loops)
+        results = replay_files(bodies, lambda: Pipeline(config, tokens), identity, _pricing(args.pricing))
+    except ReplayError as exc:
+        raise CommandError(str(exc)) from None
     if not results:
         raise CommandError(f"no tool loop of {args.tool_loops} messages or more among the files")
     if len(args.file) > 1:
@@ -228,18 +132,48 @@ def cmd_replay(args: argparse.Namespace) -> int:
             files = {name: r.to_json()["totals"] for name, r in results.items()}
             print(json.dumps({"files": files, "totals": many_totals(results)}, indent=2))
         else:
-            print(render_many(results))
+            print("".join(f"note: {note}\n" for note in identity.notes) + render_many(results))
         return 0
     result = next(iter(results.values()))
     if args.html:
-        title = f"history-proxy replay: {Path(args.file[0]).name}, role {identity.role}"
+        title = f"history-proxy replay: {Path(args.file[0]).name}, role {result.role}"
         try:
             Path(args.html).write_text(render_html(result, title), encoding="utf-8")
         except OSError as exc:
             raise CommandError(f"{args.html}: cannot write: {exc.strerror or exc}") from None
-    print(json.dumps(result.to_json(), indent=2) if args.json else render_text(result))
+    if args.json:
+        print(
+            json.dumps(
+                {**result.to_json(), **({"notes": list(identity.notes)} if identity.notes else {})}, indent=2
+            )
+        )
+    else:
+        print("".join(f"note: {note}\n" for note in identity.notes) + render_text(result))
     if args.html:
         print(f"wrote {args.html}", file=sys.stderr)
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    """``replay --compare CONFIG...``: every chain on the same conversations, under both pricings."""
+    from proxy.core.tokens import TokenCounters
+    from proxy.devtools.replay import ReplayError
+    from proxy.devtools.replay_compare import chat_bodies, compare, render_compare
+    from proxy.pipeline.run import Pipeline
+
+    def chain(path: str) -> tuple[Callable[[], Pipeline], Identity]:
+        config, _ = load(path)
+        return (lambda: Pipeline(config, TokenCounters())), _caller(args, config)
+
+    try:
+        bodies = chat_bodies({file: _read_body(file) for file in args.file}, args.api, args.tool_loops)
+        rows = compare(bodies, {path: chain(path) for path in args.compare}, _pricing(args.pricing))
+    except ReplayError as exc:
+        raise CommandError(str(exc)) from None
+    if args.json:
+        print(json.dumps({"conversations": len(bodies), "chains": [r.to_json() for r in rows]}, indent=2))
+    else:
+        print(render_compare(rows, len(bodies)))
     return 0
 
 
@@ -255,7 +189,7 @@ def cmd_mock_upstream(args: argparse.Namespace) -> int:
 
     app = create_mock_app(chunks=args.chunks, chunk_delay_s=args.chunk_delay_ms / 1000)
     print(f"history-proxy mock upstream on http://{args.host}:{args.port}/v1", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, **_uvicorn_options())  # type: ignore[arg-type]
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, **uvicorn_options())  # type: ignore[arg-type]
     return 0
 
 
@@ -290,9 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = commands.add_parser("serve", help="serve the proxy", description="Serve the proxy.")
-    serve.add_argument(
-        "--config", metavar="PATH", help=f"config file (default: ${CONFIG_ENV}, else {DEFAULT_CONFIG_PATH})"
-    )
+    serve.add_argument("--config", metavar="PATH", help=f"config file (default: {CONFIG_DEFAULTS})")
     serve.add_argument("--host", default="127.0.0.1", help="interface to bind (default: 127.0.0.1)")
     serve.add_argument("--port", type=_port, default=8080, help="port to bind (default: 8080)")
     serve.add_argument("--workers", type=_positive, default=1, help="worker processes (default: 1)")
@@ -300,13 +232,23 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--log-format",
         choices=LOG_FORMATS,
-        default="json",
-        help="one JSON object per log line, or text for humans (default: json)",
+        help="one JSON object per log line, or text for humans (default: text on a terminal, else json)",
     )
     serve.set_defaults(handler=cmd_serve)
 
+    init = commands.add_parser(
+        "init",
+        help="write a commented starter config",
+        description="Write the default config, with its comments, to a file to edit (nothing else changes).",
+    )
+    init.add_argument(
+        "path", nargs="?", default=STARTER_NAME, metavar="PATH", help=f"(default: {STARTER_NAME})"
+    )
+    init.add_argument("--force", action="store_true", help="overwrite PATH if it exists")
+    init.set_defaults(handler=cmd_init)
+
     check = commands.add_parser("check", help="validate a config file", description="Validate a config file.")
-    check.add_argument("path", metavar="PATH", help="config file")
+    check.add_argument("path", nargs="?", metavar="PATH", help=f"config file (default: {CONFIG_DEFAULTS})")
     check.set_defaults(handler=cmd_check)
 
     preview = commands.add_parser(
@@ -316,9 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_caller_options(preview)
     preview.add_argument(
-        "file", nargs="?", default="-", metavar="FILE|-", help="request body (default: stdin)"
+        "file", nargs="?", metavar="FILE|-", help="request body (default: stdin, when it is not a terminal)"
     )
-    preview.set_defaults(handler=cmd_preview)
+    preview.set_defaults(handler=cmd_preview, usage=preview.format_usage())
 
     replay_ = commands.add_parser(
         "replay",
@@ -350,6 +292,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_caller_options(replay_)
     replay_.add_argument("--html", metavar="OUT", help="also write a self-contained HTML page with a chart")
+    replay_.add_argument(
+        "--compare",
+        nargs="+",
+        metavar="CONFIG",
+        help="replay the files through each config's chain and print the cost/evidence frontier",
+    )
     replay_.add_argument(
         "--json", action="store_true", help="print JSON (steps and totals) instead of a table"
     )

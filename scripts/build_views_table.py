@@ -30,6 +30,7 @@ from proxy.core.messages import (  # noqa: E402
 )
 from proxy.filters import Filter, FilterContext  # noqa: E402
 from proxy.filters._views import producing_agent, view_turn  # noqa: E402
+from scripts.generated_pages import write_or_check  # noqa: E402
 
 CORPUS = ROOT / "tests" / "corpus"
 PAGE = ROOT / "docs" / "views-on-real-traffic.md"
@@ -181,17 +182,7 @@ def render() -> str:
 
 
 def main(argv: list[str]) -> int:
-    wanted = render()
-    if "--check" in argv:
-        if not PAGE.is_file() or PAGE.read_text(encoding="utf-8") != wanted:
-            print(
-                f"{PAGE.relative_to(ROOT)} is out of date: run python scripts/build_views_table.py",
-                file=sys.stderr,
-            )
-            return 1
-        return 0
-    PAGE.write_text(wanted, encoding="utf-8")
-    return 0
+    return write_or_check({PAGE: render()}, argv, "python scripts/build_views_table.py")
 
 
 if __name__ == "__main__":

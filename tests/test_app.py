@@ -541,7 +541,8 @@ async def test_metrics_count_requests_with_bounded_role_labels(mocked: respx.Moc
     assert response.headers["content-type"].startswith("text/plain")
     text = response.text
     assert 'history_proxy_requests_total{role="worker",status="200",upstream="main"} 1.0' in text
-    assert 'history_proxy_requests_total{role="other",status="200",upstream="main"} 1.0' in text
+    # a role the config does not name is served and counted as the default role: labels stay bounded
+    assert 'history_proxy_requests_total{role="default",status="200",upstream="main"} 1.0' in text
     assert "made-up-role" not in text
     assert 'history_proxy_tokens_after_count{role="worker"} 1.0' in text
     assert "history_proxy_overhead_seconds_count 2.0" in text

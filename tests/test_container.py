@@ -38,6 +38,7 @@ CONTEXT_PATHS = (
     ".dockerignore",
     "pyproject.toml",
     "README.md",
+    "LICENSE",
     "proxy",
     "config",
     "deploy/build-env",

@@ -168,8 +168,13 @@ def _proxy_config(recorder_port: int) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def upstream_received(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def upstream_received(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> dict[str, Any]:
     """Run both frameworks through the proxy once; what the upstream received, per scenario."""
+    terminal = request.config.pluginmanager.get_plugin("terminalreporter")
+    if terminal is not None and not (FW_VENV / ".installed").exists():  # say why nothing moves for a minute
+        terminal.write_line(f"\ninstalling AutoGen and CrewAI into {FW_VENV} (about 1 GB, once)")
     fw_python = _frameworks_python()
     tmp = tmp_path_factory.mktemp("frameworks")
     procs: list[subprocess.Popen] = []

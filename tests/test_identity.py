@@ -15,8 +15,11 @@ from proxy.server.caller import resolve_identity
 MOCK = {"mock": {"base_url": "mock://"}}
 
 
+ROLES = {"roles": {"worker": [{"type": "passthrough"}], "manager": [{"type": "passthrough"}]}}
+
+
 def config(**extra: Any) -> Config:
-    return parse_config({"upstreams": MOCK, **extra}, env={})
+    return parse_config({"upstreams": MOCK, "policies": ROLES, **extra}, env={})
 
 
 def keyed() -> Config:
@@ -33,6 +36,32 @@ def test_role_agent_and_phase_come_from_the_default_headers() -> None:
 def test_without_a_role_header_the_default_role_applies_with_a_note() -> None:
     assert resolve_identity(config(), {}) == Identity(role="default", notes=("identity:role_defaulted",))
     assert resolve_identity(config(identity={"default_role": "worker"}), {}).role == "worker"
+
+
+def test_a_role_the_config_does_not_name_gets_the_default_roles_chain_with_a_note() -> None:
+    identity = resolve_identity(config(), {"x-agent-role": "Reviewer"})
+    assert identity.role == "default"
+    assert identity.notes == ("identity:role_unknown:Reviewer",)
+    assert identity.role_sent == "Reviewer"
+
+
+@pytest.mark.parametrize("sent", ["Worker", "WORKER", " worker", "wor ker", "Wor-ker"])
+def test_a_role_differing_only_by_case_or_spacing_is_matched_with_a_note(sent: str) -> None:
+    identity = resolve_identity(config(), {"x-agent-role": sent})
+    assert identity.role == "worker"
+    if sent.strip() != "worker":
+        assert identity.notes == (f"identity:role_matched:{sent.strip()}",)
+
+
+def test_a_loose_match_to_two_configured_roles_is_not_guessed() -> None:
+    twins = config(policies={"roles": {"code_reviewer": [], "code-reviewer": []}})
+    identity = resolve_identity(twins, {"x-agent-role": "Code Reviewer"})
+    assert identity.role == "default"
+    assert identity.notes == ("identity:role_unknown:Code Reviewer",)
+
+
+def test_the_default_role_is_known_even_without_a_chain_of_its_own() -> None:
+    assert resolve_identity(config(), {"x-agent-role": "default"}).notes == ()
 
 
 def test_a_blank_header_counts_as_missing() -> None:

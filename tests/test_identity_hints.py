@@ -102,3 +102,41 @@ async def test_notes_reach_the_access_line(caplog: pytest.LogCaptureFixture) -> 
     assert fields["notes"] == ["manager_view:phase_unknown"]
     assert fields["agent"] == 'Senior Researcher "EU" <x>'
     assert json.loads(json.dumps(fields))["agent"] == fields["agent"]
+
+
+async def ask_as(role: str, path: str) -> tuple[httpx.Response, str]:
+    """One small request with ``X-Agent-Role: role`` to the default config, and /metrics after it."""
+    async with default_proxy() as client:
+        answer = await client.post(
+            path,
+            json={"model": "gpt-4o-mini", "messages": [system("s"), user("Fix the bug.")]},
+            headers={"x-agent-role": role},
+        )
+        return answer, (await client.get("/metrics")).text
+
+
+async def test_a_mistyped_role_is_served_by_the_default_chain_and_says_so() -> None:
+    answer, metrics = await ask_as("Reviewer", "/v1/chat/completions")
+    assert answer.status_code == 200
+    assert answer.headers["x-history-notes"] == "identity:role_unknown:Reviewer"
+    assert answer.headers["x-history-role"] == "default"
+    assert 'history_proxy_role_hints_total{outcome="unknown"} 1.0' in metrics
+
+
+async def test_a_role_in_other_case_runs_that_roles_chain_with_a_note() -> None:
+    answer, _ = await ask_as("Worker", "/v1/history/preview")
+    report = answer.json()["report"]
+    assert report["role"] == "worker"
+    assert "worker_view" in report["chain"]
+    assert "identity:role_matched:Worker" in report["notes"]
+
+
+def test_the_access_line_names_the_role_as_sent_beside_the_role_served() -> None:
+    from proxy.core.identity import Identity
+    from proxy.observability.access import Exchange
+
+    who = Identity(role="default", notes=("identity:role_unknown:Reviewer",), role_sent="Reviewer")
+    fields = Exchange(
+        request_id="r", method="POST", path="/v1/chat/completions", started=0.0, identity=who
+    ).fields()
+    assert (fields["role"], fields["role_sent"]) == ("default", "Reviewer")

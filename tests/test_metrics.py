@@ -128,8 +128,10 @@ async def test_known_traffic_is_counted_by_role_upstream_and_status(mocked: resp
     scrape = samples(text)
     requests = "history_proxy_requests_total"
     assert value(scrape, requests, role="worker", upstream="main", status="200") == 2
-    assert value(scrape, requests, role="other", upstream="main", status="200") == 1
-    assert value(scrape, requests, role="default", upstream="main", status="200") == 1
+    # a role the config does not name is served (and counted) as the default role, and counted as a hint
+    assert value(scrape, requests, role="default", upstream="main", status="200") == 2
+    assert value(scrape, "history_proxy_role_hints_total", outcome="unknown") == 1
+    assert value(scrape, "history_proxy_role_hints_total", outcome="missing") == 1
     assert value(scrape, requests, role="worker", upstream="none", status="400") == 1
     assert label_values(scrape, "role") <= {"worker", "manager", "default", "summarizer", "other", "none"}
     for unbounded in ("made-up-role", "coder-1", "gpt-4o"):

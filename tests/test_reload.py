@@ -272,7 +272,7 @@ async def test_roles_added_by_a_reload_become_metric_labels(mocked: respx.MockRo
         for sample in family.samples
         if sample.name == "history_proxy_requests_total" and sample.labels["upstream"] == "main"
     ]
-    assert sorted(roles) == ["other", "reviewer"]
+    assert sorted(roles) == ["default", "reviewer"]  # before the reload, reviewer was an unknown role
 
 
 async def test_a_reload_to_the_built_in_mock_starts_it(mocked: respx.MockRouter, tmp_path: Path) -> None:

@@ -246,7 +246,7 @@ def test_cache_marks_are_native_and_count_the_clients_own() -> None:
         for b in m["content"]
         if "cache_control" in b
     ]
-    ours = {"type": "ephemeral", "ttl": "1h"}
+    ours = {"type": "ephemeral"}  # the slot's 1h, downgraded: the client's 5-minute marks come first
     assert marks == [
         (2, ours),
         (4, ours),
@@ -264,8 +264,8 @@ def test_a_history_cut_to_an_assistant_message_opens_with_a_user_message() -> No
 
 
 def test_bad_messages_are_a_400_naming_the_field() -> None:
-    with pytest.raises(InvalidRequestError, match=r"messages\[0\]\.role"):
-        messages.to_view({"messages": [{"role": "system", "content": "x"}]})
+    with pytest.raises(InvalidRequestError, match=r"^messages\.1\.content: Input should be a valid list"):
+        messages.to_view({"messages": [{"role": "system", "content": "x"}, {"role": "user", "content": 3}]})
 
 
 # --- detection, preview ------------------------------------------------------------------------

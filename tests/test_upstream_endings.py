@@ -245,3 +245,29 @@ async def test_a_429_left_to_the_client_still_moves_to_the_fallback_upstream() -
             await client.close()
     assert answer.choices[0].message.content == "done"
     assert (len(busy.arrivals), len(good.arrivals)) == (1, 1)
+
+
+@pytest.mark.parametrize(
+    ("headers", "calls"),
+    [
+        ({"originator": "codex_exec", "user-agent": "codex_exec/0.171.0 (Debian 12.0.0; x86_64)"}, 1),
+        ({"originator": "codex_cli_rs"}, 1),
+        ({"user-agent": "codex_cli_rs/0.171.0 (Mac OS 15.1; arm64) iTerm.app"}, 1),
+        ({"user-agent": "claude-cli/2.1.3 (external, cli)"}, 1),
+        ({"user-agent": "Anthropic/Python 0.75.0"}, 1),
+        ({"user-agent": "OpenAI/JS 6.9.1"}, 1),
+        ({"user-agent": "curl/8.5.0"}, 3),
+        ({"user-agent": "my-agent/1.0", "originator": "someone_else"}, 3),
+    ],
+)
+async def test_auto_leaves_a_429_to_every_client_that_retries_on_its_own(
+    headers: dict[str, str], calls: int
+) -> None:
+    async with (
+        HostileUpstream(default="rate-limited") as upstream,
+        serving(retrying_config(upstream)) as url,
+        httpx.AsyncClient(timeout=10) as client,
+    ):
+        answer = await client.post(f"{url}/v1/chat/completions", json=chat(), headers=headers)
+    assert answer.status_code == 429
+    assert len(upstream.arrivals) == calls

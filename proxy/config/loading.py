@@ -12,12 +12,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
-from pydantic_core import ErrorDetails
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic_core import ErrorDetails, core_schema
 
 from proxy.config.models import DEFAULT_CONFIG_PATH, Config
 from proxy.config.policies import POLICY_FORMS
+from proxy.config.yaml_source import YamlError, read_yaml
 from proxy.filters import FILTER_TYPES
 
 
@@ -118,10 +119,20 @@ def _format_message(error: ErrorDetails) -> str:
     return message.removeprefix("Value error, ")
 
 
+_FIELD_PROBLEM = re.compile(r"^([A-Za-z_]\w*): (must be [^;]*)$")
+"""A mapping's message about one of its keys (``n: must be a number, not true``), located at the key."""
+
+
+def _located_line(loc: str, message: str) -> str:
+    field = _FIELD_PROBLEM.match(message)
+    return f"{loc}.{field.group(1)}: {field.group(2)}" if field else f"{loc}: {message}"
+
+
 def validation_errors(exc: ValidationError, raw: Any) -> list[str]:
     """pydantic's errors as ``location: message`` lines (never the offending values)."""
     return [
-        f"{_format_loc(tuple(e['loc']), raw)}: {_format_message(e)}" for e in exc.errors(include_input=False)
+        _located_line(_format_loc(tuple(e["loc"]), raw), _format_message(e))
+        for e in exc.errors(include_input=False)
     ]
 
 
@@ -135,7 +146,8 @@ def parse_config(raw: Any, env: dict[str, str] | None = None, source: str = "con
     if errors:
         raise ConfigError(errors, source)
     try:
-        return Config.model_validate(data)
+        names = list(data["upstreams"]) if isinstance(data.get("upstreams"), dict) else []
+        return Config.model_validate(data, context={"upstream_names": names})
     except ValidationError as exc:
         raise ConfigError(validation_errors(exc, data), source) from None
 
@@ -148,11 +160,9 @@ def load_config(path: str | Path | None = None, env: dict[str, str] | None = Non
     except OSError as exc:
         raise ConfigError([f"cannot read: {exc.strerror or exc}"], str(file)) from None
     try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "(yaml)"
-        raise ConfigError([f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}"], str(file)) from None
+        raw = read_yaml(text)
+    except YamlError as exc:
+        raise ConfigError(exc.errors, str(file)) from None
     return parse_config(raw, env, str(file))
 
 
@@ -168,6 +178,27 @@ def summary(config: Config) -> str:
     )
 
 
+class _FileSchema(GenerateJsonSchema):
+    """The file as written: a number or a boolean may also be a ``${VAR}`` read when the file is loaded."""
+
+    def int_schema(self, schema: core_schema.IntSchema) -> JsonSchemaValue:
+        return _or_variable(super().int_schema(schema))
+
+    def float_schema(self, schema: core_schema.FloatSchema) -> JsonSchemaValue:
+        return _or_variable(super().float_schema(schema))
+
+    def bool_schema(self, schema: core_schema.BoolSchema) -> JsonSchemaValue:
+        return _or_variable(super().bool_schema(schema))
+
+
+def _or_variable(schema: JsonSchemaValue) -> JsonSchemaValue:
+    return {"anyOf": [schema, {"type": "string", "pattern": VARIABLE_PATTERN}]}
+
+
+VARIABLE_PATTERN = r"^\$\{[A-Za-z_][A-Za-z0-9_]*(:-[^}]*)?\}$"
+"""A whole value read from the environment (``${RETRIES}``, ``${RETRIES:-2}``)."""
+
+
 def json_schema() -> dict[str, Any]:
-    """The JSON Schema of the config file."""
-    return Config.model_json_schema(by_alias=True)
+    """The JSON Schema of the config file as written (``${VAR}`` may stand for a number or a boolean)."""
+    return Config.model_json_schema(by_alias=True, schema_generator=_FileSchema)

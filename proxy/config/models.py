@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from collections.abc import Collection
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
 from pydantic import (
     Field,
@@ -20,25 +21,29 @@ from pydantic import (
     field_validator,
 )
 
+from proxy.config.locate import CONFIG_ENV as CONFIG_ENV  # re-exported: where it always was
+from proxy.config.locate import packaged_config
 from proxy.config.policies import PoliciesConfig, PolicyMode
-from proxy.config.pricing import PricingConfig, default_pricing
+from proxy.config.pricing import PresetName, PricingConfig, default_pricing
 from proxy.config.quotas import RateLimits, redis_url_or_none
 from proxy.config.strict import StrictModel
 from proxy.config.summaries import SummaryCacheConfig
+from proxy.config.telemetry import TelemetryConfig
 from proxy.core.cost import Pricing
 from proxy.core.messages import DEFAULT_COMPLETION_TOOLS
 from proxy.filters.base import Filter
 from proxy.filters.cache_control import CacheControl
 
-DEFAULT_CONFIG_PATH = Path(__file__).resolve().parents[2] / "config" / "default.yaml"
-CONFIG_ENV = "HISTORY_PROXY_CONFIG"
-"""The environment variable naming the config file (``serve`` sets it for its workers)."""
+URL_PATTERN = r"^(https?://|mock://|\$\{)"
+"""What ``base_url`` may start with (``${VAR}`` is read from the environment before the check)."""
+DEFAULT_CONFIG_PATH: Path = packaged_config()
+"""The default config packaged with ``proxy`` (``config/default.yaml`` in the repository)."""
 
 
 class UpstreamConfig(StrictModel):
     """One named upstream, an OpenAI-compatible base URL."""
 
-    base_url: str
+    base_url: str = Field(json_schema_extra={"pattern": URL_PATTERN})
     """Base URL including the version path, e.g. ``https://api.openai.com/v1``; ``mock://`` for the built-in mock."""
     api_key: SecretStr | None = None
     """Replaces the client's Authorization when set (empty counts as unset)."""
@@ -52,14 +57,20 @@ class UpstreamConfig(StrictModel):
     """Prompt-cache prices (``openai``, ``anthropic`` or the numbers); none: by ``cache_control``."""
     status_retries: Literal["auto", "client", "proxy"] = "auto"
     """Who retries a 429/502/503 answer: ``proxy`` (up to ``retries``), ``client`` (passed back at
-    once, ``Retry-After`` included) or ``auto``: ``client`` when the request says its SDK retries
-    (``x-stainless-retry-count``, sent by the OpenAI and Anthropic SDKs), else ``proxy``. Connect
-    errors are always retried and fallbacks always tried."""
+    once, ``Retry-After`` included) or ``auto``: ``client`` when the request comes from a client that
+    retries on its own (the OpenAI and Anthropic SDKs by ``x-stainless-retry-count``, Codex by its
+    ``originator`` or user agent, Claude Code by its user agent), else ``proxy``. Connect errors are
+    always retried and fallbacks always tried."""
     forward_identity: bool = False
     """Send the identity headers (``identity.*_header``) on to this upstream; by default they stay here."""
     api: Literal["openai", "anthropic"] = "openai"
     """The API it speaks: ``openai`` (chat completions, Responses) or ``anthropic`` (Messages, and
     OpenAI-compatible chat completions; the key is sent as ``x-api-key``)."""
+
+    @field_validator("pricing", mode="before", json_schema_input_type=PricingConfig | PresetName | None)
+    @classmethod
+    def _pricing_preset(cls, value: object) -> object:
+        return {"preset": value} if isinstance(value, str) else value
 
     @field_validator("base_url")
     @classmethod
@@ -101,7 +112,7 @@ class IdentityConfig(StrictModel):
 
 
 class ProxyKey(StrictModel):
-    key: SecretStr
+    key: SecretStr = Field(json_schema_extra={"minLength": 1})
     tenant: str
     upstreams: list[str] | None = None
     """The upstreams (by name, fallbacks included) requests with this key may reach; none: all."""
@@ -124,6 +135,8 @@ class AdminConfig(StrictModel):
 
     tenants: list[str] = Field(default_factory=list)
     """Tenants (of ``auth.keys``) whose proxy keys may call admin endpoints; none: admin endpoints are off."""
+    metrics: Literal["open", "admin"] = "open"
+    """Who may read ``GET /metrics``: anyone (``open``) or only ``tenants``' proxy keys (``admin``)."""
 
 
 class LimitsConfig(StrictModel):
@@ -150,6 +163,16 @@ class LimitsConfig(StrictModel):
     surface_memo_messages: int = Field(default=20_000, ge=0)
     """Native messages the views of recent Responses and Messages conversations may hold in all, so a
     request converts only what its conversation's previous request did not have (0: off)."""
+    surface_memo_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
+    """The most the view memo may hold, in (estimated) bytes of parsed messages and views (0: off)."""
+    surface_memo_idle_s: float = Field(default=900, gt=0)
+    """A conversation whose latest request is older than this is forgotten by the view memo (its memory
+    returns), at the memo's next use or ``/metrics`` scrape."""
+    token_cache_bytes: int = Field(default=64 * 1024 * 1024, ge=1024 * 1024)
+    """The most the per-string token-count cache may hold, in bytes of its strings (read at start)."""
+    max_connections: int | None = Field(default=None, ge=1)
+    """Open client connections per process beyond this are answered ``503`` and closed at once
+    (none: three quarters of the process's open-file limit, ``ulimit -n``)."""
     per_tenant: RateLimits = Field(default_factory=RateLimits)
     """Requests and tokens a minute for each tenant (by proxy key)."""
     per_role: dict[str, RateLimits] = Field(default_factory=dict)
@@ -170,10 +193,20 @@ class CacheControlSlot(CacheControl):
     type: Literal["cache_control"] = "cache_control"
 
 
+def _known_upstreams(info: ValidationInfo) -> Collection[str] | None:
+    """The upstream names references are checked against: the valid ``upstreams``, else the names the
+    file gives (``context["upstream_names"]``), so a bad reference is reported beside a bad upstream."""
+    valid = info.data.get("upstreams")
+    if valid:
+        return cast("Collection[str]", valid)
+    names = (info.context or {}).get("upstream_names")
+    return cast("Collection[str]", names) if names else None
+
+
 class Config(StrictModel):
     """The whole config file."""
 
-    upstreams: dict[str, UpstreamConfig]
+    upstreams: dict[str, UpstreamConfig] = Field(json_schema_extra={"minProperties": 1})
     routes: list[RouteConfig] = Field(default_factory=list)
     identity: IdentityConfig = Field(default_factory=IdentityConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
@@ -188,6 +221,8 @@ class Config(StrictModel):
     See ``proxy.observability.logs.redact``.
     """
     summary_cache: SummaryCacheConfig = Field(default_factory=SummaryCacheConfig)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    """OpenTelemetry GenAI spans per model call (``docs/telemetry.md``); off by default."""
     context_windows: dict[str, PositiveInt] = Field(default_factory=dict)
     """Model glob -> context window in tokens, checked before the packaged table (``limit: 80%``)."""
     trusted_proxies: list[IPvAnyNetwork] = Field(default_factory=list)
@@ -204,7 +239,7 @@ class Config(StrictModel):
     @field_validator("auth")
     @classmethod
     def _keys_name_upstreams(cls, auth: AuthConfig, info: ValidationInfo) -> AuthConfig:
-        upstreams = info.data.get("upstreams")
+        upstreams = _known_upstreams(info)
         if not upstreams:  # already reported on upstreams
             return auth
         for i, entry in enumerate(auth.keys):
@@ -229,22 +264,23 @@ class Config(StrictModel):
     @field_validator("routes")
     @classmethod
     def _routes_name_upstreams(cls, routes: list[RouteConfig], info: ValidationInfo) -> list[RouteConfig]:
-        upstreams = info.data.get("upstreams")
+        upstreams = _known_upstreams(info)
         if not upstreams:  # already reported on upstreams
             return routes
-        for i, route in enumerate(routes):
-            for name in (route.upstream, *route.fallbacks):
-                if name not in upstreams:
-                    raise ValueError(
-                        f"entry [{i}] (model {route.model!r}) names unknown upstream {name!r}; "
-                        f"known upstreams: {', '.join(upstreams)}"
-                    )
+        unknown = [
+            f"entry [{i}] (model {route.model!r}) names unknown upstream {name!r}"
+            for i, route in enumerate(routes)
+            for name in (route.upstream, *route.fallbacks)
+            if name not in upstreams
+        ]
+        if unknown:  # every bad reference in one message: check lists every error in one pass
+            raise ValueError(f"{'; '.join(unknown)}; known upstreams: {', '.join(upstreams)}")
         return routes
 
     @field_validator("policies")
     @classmethod
     def _filters_name_upstreams(cls, policies: PoliciesConfig, info: ValidationInfo) -> PoliciesConfig:
-        upstreams = info.data.get("upstreams")
+        upstreams = _known_upstreams(info)
         if not upstreams:  # already reported on upstreams
             return policies
         located: list[tuple[str, Filter]] = [(f"global[{i}]", f) for i, f in enumerate(policies.global_)]

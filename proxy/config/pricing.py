@@ -11,9 +11,11 @@ Without ``pricing`` an upstream with ``cache_control: true`` is priced as Anthro
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+import yaml
+from pydantic import Field, ValidationError, model_validator
 
 from proxy.config.strict import StrictModel
 from proxy.core.cost import PRESETS, Pricing
@@ -54,3 +56,21 @@ class PricingConfig(StrictModel):
 def default_pricing(cache_control: bool) -> Pricing:
     """The pricing of an upstream that names none: Anthropic's when it takes cache marks, else OpenAI's."""
     return PRESETS["anthropic" if cache_control else "openai"]
+
+
+def pricing_option(value: str) -> Pricing:
+    """A command line's pricing: a preset name, or a YAML/JSON file holding a pricing mapping.
+
+    Raises ``ValueError`` with the one line to show.
+    """
+    if value in ("openai", "anthropic"):
+        return PricingConfig.model_validate(value).pricing()
+    try:
+        data = yaml.safe_load(Path(value).read_text(encoding="utf-8"))
+        return PricingConfig.model_validate(data).pricing()
+    except OSError as exc:
+        raise ValueError(
+            f"--pricing {value}: not a preset (openai, anthropic) nor a readable file: {exc.strerror or exc}"
+        ) from None
+    except (yaml.YAMLError, ValidationError) as exc:
+        raise ValueError(f"--pricing {value}: not a pricing mapping: {exc}".splitlines()[0]) from None

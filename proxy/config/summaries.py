@@ -34,6 +34,8 @@ class SummaryCacheConfig(BaseModel):
     """Redis URL (``redis://[:password@]host:6379/0``, ``rediss://``, ``unix://``); required for redis."""
     max_entries: int = Field(default=1024, ge=1)
     """Summaries kept in each process's memory (least recently used go first)."""
+    max_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+    """The most those summaries may hold in each process's memory, in bytes of their text."""
     ttl_s: int | None = Field(default=7 * 24 * 3600, ge=1)
     """How long Redis keeps a summary (none: until Redis evicts it)."""
     key_prefix: str = "history-proxy:"

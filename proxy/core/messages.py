@@ -28,6 +28,12 @@ KNOWN_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "fu
 SYSTEM_ROLES = frozenset({"system", "developer"})
 
 
+OPAQUE = "history_opaque"
+"""Set (to True) by a surface adapter on a view message that stands for native items the proxy does
+not read (tool declarations, compaction, unknown items): a filter keeps or drops it, and the adapter
+sends its items whole. Among the leading system messages such a message is one of the instructions."""
+
+
 TASK = "task"
 
 
@@ -188,6 +194,11 @@ def strip_annotations(messages: Sequence[Message]) -> list[Message]:
         m if ANNOTATION_KEYS.isdisjoint(m) else {k: v for k, v in m.items() if k not in ANNOTATION_KEYS}
         for m in messages
     ]
+
+
+def is_opaque(message: Message) -> bool:
+    """Whether a view message stands for native items sent whole (see :data:`OPAQUE`)."""
+    return message.get(OPAQUE) is True
 
 
 def leading_system_count(messages: Sequence[Message]) -> int:

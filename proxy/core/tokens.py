@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from proxy.core.encodings import encoding_for_model, tiktoken_length
 from proxy.core.messages import ANNOTATION_KEYS, KNOWN_ROLES, Message
+from proxy.core.string_counts import DEFAULT_CACHE_BYTES, ENTRY_BYTES, StringCounts
 
 Tokenizer = Literal["tiktoken", "approximate"]
 
@@ -38,11 +39,35 @@ class TokenCounter:
     request). :meth:`for_request` gives a view that also remembers each message object it counted.
     """
 
-    def __init__(self, length: Callable[[str], int], *, max_entries: int = 200_000) -> None:
-        self._strings = _StringCounts(length, max_entries)
+    def __init__(
+        self,
+        length: Callable[[str], int],
+        *,
+        max_entries: int = 200_000,
+        max_bytes: int = DEFAULT_CACHE_BYTES,
+    ) -> None:
+        self._strings = StringCounts(length, max_entries, max_bytes)
         # per-request views only: tokens by id(message), and the messages, so no id is reused meanwhile
         self._counted: dict[int, int] | None = None
         self._held: list[Message] = []
+
+    @property
+    def length(self) -> Callable[[str], int]:
+        """The tokenizer itself (no cache): safe to call from another thread."""
+        return self._strings.length
+
+    def keep(self, text: str, count: int) -> None:
+        """Remember ``count`` (counted by :attr:`length`) as the tokens of ``text``."""
+        self._strings.keep(text, count)
+
+    def remembers(self, text: str) -> bool:
+        """Whether the count of ``text`` is in the cache."""
+        return self._strings.known(text)
+
+    @property
+    def cache_bytes(self) -> int:
+        """What the string cache holds now, in bytes (its strings' sizes plus a fixed cost per entry)."""
+        return self._strings.held_bytes + len(self._strings.large) * ENTRY_BYTES
 
     @property
     def misses(self) -> int:
@@ -288,33 +313,13 @@ _NEVER_STRINGS = ANNOTATION_KEYS | {
 }  # a plain message has no annotation, and no string tool_calls
 
 
-class _StringCounts:
-    """The per-string count cache of one encoding, shared by a counter and its request views."""
-
-    def __init__(self, length: Callable[[str], int], max_entries: int) -> None:
-        self.length = length
-        self.cache: dict[str, int] = {}
-        self.max_entries = max_entries
-        self.misses = 0
-
-    def tokenize(self, text: str) -> int:
-        """Count ``text`` with the tokenizer and remember it."""
-        self.misses += 1
-        count = self.length(text)
-        if len(self.cache) >= self.max_entries:
-            # drop the oldest tenth (dicts keep insertion order): cheap, and old strings are stale
-            for key in list(self.cache)[: self.max_entries // 10 or 1]:
-                del self.cache[key]
-        self.cache[text] = count
-        return count
-
-
 class TokenCounters:
     """One cached :class:`TokenCounter` per (tokenizer, encoding), shared by every request."""
 
-    def __init__(self, *, max_entries: int = 200_000) -> None:
+    def __init__(self, *, max_entries: int = 200_000, max_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         self._counters: dict[tuple[str, str], TokenCounter] = {}
         self._max_entries = max_entries
+        self._max_bytes = max_bytes
         self._shared: TokenCounters | None = None
 
     def get(
@@ -329,7 +334,7 @@ class TokenCounters:
                 counter = self._shared.get(model=model, encoding=encoding, tokenizer=tokenizer).for_request()
             else:
                 length = tiktoken_length(name) if tokenizer == "tiktoken" else approximate_length
-                counter = TokenCounter(length, max_entries=self._max_entries)
+                counter = TokenCounter(length, max_entries=self._max_entries, max_bytes=self._max_bytes)
             self._counters[key] = counter
         return counter
 
@@ -339,6 +344,16 @@ class TokenCounters:
         Every filter of the request asking for the same encoding gets the same view, so a message
         the pipeline or an earlier filter counted is not walked again.
         """
-        view = TokenCounters(max_entries=self._max_entries)
+        view = TokenCounters(max_entries=self._max_entries, max_bytes=self._max_bytes)
         view._shared = self
         return view
+
+    @property
+    def held_bytes(self) -> int:
+        """What every counter's string cache holds now, in bytes."""
+        return sum(counter.cache_bytes for counter in self._counters.values())
+
+    @property
+    def max_bytes(self) -> int:
+        """The bound of each counter's string cache, in bytes (one counter per encoding in use)."""
+        return self._max_bytes

@@ -17,8 +17,13 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.core.answer import AnswerFacts
+
 _NULL_USAGE = re.compile(rb'"usage"\s*:\s*null')
 """OpenAI's chunks before the last say ``"usage": null`` when usage was asked for: nothing to parse."""
+_FINISHED = (b'"finish_reason":"', b'"finish_reason": "')
+"""A chat completions chunk that ends a choice (the one before the usage chunk), compact JSON (OpenAI)
+or spaced (many compatible servers): read for its reason."""
 MAX_LINE_BYTES = 1 << 16
 """A line longer than this is not followed to its end (a usage event is well under 1 KiB)."""
 
@@ -94,6 +99,8 @@ class UsageTap:
 
     def __init__(self, *, sse: bool = True) -> None:
         self.usage: CacheUsage | None = None
+        self.facts = AnswerFacts()
+        """The answer's id, model, finish reasons and output tokens, from the events read."""
         self._sse = sse
         self._partial = b""
 
@@ -104,14 +111,18 @@ class UsageTap:
             self._partial = joined[-JSON_TAIL_BYTES:]
             return
         data = self._partial + piece if self._partial else piece
-        if b"usage" not in data:
+        if b"usage" not in data and _FINISHED[0] not in data and _FINISHED[1] not in data:
             cut = data.rfind(b"\n")
             self._partial = data[cut + 1 :] if len(data) - cut <= MAX_LINE_BYTES else b""
             return
         *lines, rest = data.split(b"\n")
         self._partial = rest if len(rest) <= MAX_LINE_BYTES else b""
         for line in lines:
-            if line.startswith(b"data:") and b'"usage"' in line and not _NULL_USAGE.search(line):
+            if line.startswith(b"data:") and (
+                (b'"usage"' in line and not _NULL_USAGE.search(line))
+                or _FINISHED[0] in line
+                or _FINISHED[1] in line
+            ):
                 self._read(line[5:].strip())
 
     def close(self) -> CacheUsage | None:
@@ -125,13 +136,16 @@ class UsageTap:
                 except ValueError:
                     found = None
                 self.usage = usage_of(found)
+                self.facts.read({"usage": found})
         return self.usage
 
     def _read(self, payload: bytes) -> None:
         try:
-            found = usage_of_answer(json.loads(payload))
+            answer = json.loads(payload)
         except ValueError:
             return
+        self.facts.read(answer)
+        found = usage_of_answer(answer)
         if found is None:
             return
         previous = self.usage

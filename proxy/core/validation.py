@@ -31,8 +31,11 @@ def message_list(body: Any) -> list[Any]:
         raise InvalidRequestError("the request body must be a JSON object")
     messages = body.get("messages")
     if messages is None:
+        elsewhere = (
+            "; a body with 'input' is a Responses API request (POST /v1/responses)" if "input" in body else ""
+        )
         raise InvalidRequestError(
-            "'messages' is required", param="messages", code="missing_required_parameter"
+            f"'messages' is required{elsewhere}", param="messages", code="missing_required_parameter"
         )
     if not isinstance(messages, list):
         raise InvalidRequestError("'messages' must be a list of message objects", param="messages")
@@ -60,7 +63,7 @@ def _check_message(message: Any, where: str) -> None:
             f"{where}.role must be one of {', '.join(sorted(KNOWN_ROLES))}, got {str(role)[:40]!r}",
             param=f"{where}.role",
         )
-    _check_annotations(message, where)
+    check_annotations(message, where)
     _check_fields(message, where)
 
 
@@ -101,7 +104,8 @@ def _check_fields(message: Message, where: str) -> None:
             raise InvalidRequestError(f"{where}.{key} must be a string", param=f"{where}.{key}")
 
 
-def _check_annotations(message: Message, where: str) -> None:
+def check_annotations(message: Message, where: str) -> None:
+    """The proxy's annotation keys on a message (or a surface's native item) have their documented types."""
     if not ANNOTATION_KEYS.intersection(message):
         return
     tags = message.get("tags")

@@ -6,8 +6,12 @@
   newest message mentions a tool and ``tools`` were given.
 - ``POST /v1/messages``: an Anthropic ``message`` (or its ``event:`` SSE stream, ``message_start`` to
   ``message_stop``), with a ``tool_use`` block in the same case; ``POST /v1/messages/count_tokens``:
-  ``{"input_tokens": N}``. Errors are written in Anthropic's shape.
+  ``{"input_tokens": N}``. Errors are written in Anthropic's shape; ``/v1/messages`` refuses what
+  Anthropic refuses, in its words (:mod:`proxy.devtools.mock_strict`: a missing ``model``, an orphan
+  ``tool_result``, an empty text block, ...) and takes mid-conversation ``system`` messages.
 
+Responses requests are refused where OpenAI refuses them (:mod:`proxy.devtools.mock_strict`: no
+``model``, an orphan output item), and ``additional_tools`` items declare tools as ``tools`` does.
 ``x-mock-delay-ms`` and ``x-mock-status`` work as on chat completions; usage reports the shared prompt
 cache of :mod:`proxy.devtools.mock_cache` in each API's fields.
 """
@@ -24,8 +28,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from proxy.core.messages import Message
+from proxy.core.messages import Message, text_of
 from proxy.devtools.mock_cache import CacheReport, PromptCache
+from proxy.devtools.mock_strict import declared_tools, messages_refusal, responses_refusal
 from proxy.devtools.mock_upstream import (
     _digest,
     _error,
@@ -39,6 +44,7 @@ from proxy.errors import InvalidRequestError
 from proxy.surfaces import messages as anthropic
 from proxy.surfaces import responses as openai_responses
 from proxy.surfaces._view import REF
+from proxy.surfaces.messages_pinned import is_pinned
 
 
 def _event(kind: str, payload: dict[str, Any]) -> bytes:
@@ -109,8 +115,11 @@ class MockSurfaces:
         try:
             view = _plain(openai_responses.to_view(body).messages)
         except InvalidRequestError as exc:
-            return _error(400, f"mock: {exc.message}")
-        tool = _wants_tool_call(view, body.get("tools"))
+            return _error(400, exc.message, param=exc.param, code=exc.code)
+        refused = responses_refusal(body)
+        if refused is not None:
+            return _error(400, refused.message, param=refused.param, code=refused.code)
+        tool = _wants_tool_call(view, declared_tools(body))
         digest = _digest({"messages": view})
         if tool is not None:
             item: dict[str, Any] = {
@@ -187,11 +196,12 @@ class MockSurfaces:
             return read
         body, delay_s = read
         try:
-            view = _plain(anthropic.to_view(body).messages)
+            view = _received(body)
         except InvalidRequestError as exc:
-            return _anthropic_error(400, f"mock: {exc.message}")
-        if not isinstance(body.get("max_tokens"), int):
-            return _anthropic_error(400, "mock: max_tokens: Field required")
+            return _anthropic_error(400, exc.message)
+        refusal = messages_refusal(body)
+        if refusal is not None:
+            return _anthropic_error(400, refusal)
         tool = _wants_tool_call(view, body.get("tools"))
         digest = _digest({"messages": view})
         if tool is not None:
@@ -232,7 +242,7 @@ class MockSurfaces:
         if isinstance(read, Response):
             return read
         try:
-            view = _plain(anthropic.to_view(read[0]).messages)
+            view = _received(read[0])
         except InvalidRequestError as exc:
             return _anthropic_error(400, f"mock: {exc.message}")
         return JSONResponse({"input_tokens": approximate_tokens(view)})
@@ -278,6 +288,21 @@ def _model(body: dict[str, Any], default: str) -> str:
 
 def _plain(view: list[Message]) -> list[Message]:
     return [{k: v for k, v in m.items() if k != REF} for m in view]
+
+
+def _received(body: dict[str, Any]) -> list[Message]:
+    """A Messages request as the mock reads it: the adapter's view, with the messages it leaves out
+    of the view (mid-conversation ``system`` messages and other roles) back in their places."""
+    view = anthropic.to_view(body)
+    out = _plain(view.messages)
+    natives = body["messages"]
+    for i in range(len(natives) - 1, -1, -1):
+        if view.spans[i] == view.spans[i + 1] and is_pinned(natives[i]):
+            out.insert(
+                view.spans[i],
+                {"role": str(natives[i].get("role")), "content": text_of(natives[i].get("content"))},
+            )
+    return out
 
 
 def _streaming(events: AsyncIterator[bytes]) -> StreamingResponse:

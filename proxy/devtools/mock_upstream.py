@@ -10,6 +10,8 @@ Routes (also served without the ``/v1`` prefix, for ``mock://`` upstreams); ``/v
   (a trailing user message, the summarizer's instruction, is not summarized);
   when the newest message is a user message mentioning a tool and ``tools`` were given, the answer
   calls the first tool with arguments ``{}``.
+  A body OpenAI would refuse (no ``model``, an orphan ``tool`` message) gets OpenAI's 400
+  (:mod:`proxy.devtools.mock_strict`).
 - ``GET /v1/models``: a few model ids.
 - ``GET /healthz``: 200.
 
@@ -38,6 +40,7 @@ from starlette.routing import Route
 
 from proxy.core.messages import Message, call_name, text_of, tool_calls
 from proxy.devtools.mock_cache import CacheReport, PromptCache
+from proxy.devtools.mock_strict import chat_refusal
 from proxy.errors import ProxyError
 
 MOCK_MODELS = ("gpt-4o-mini", "gpt-4o", "gpt-4.1-mini", "claude-sonnet-4-5")
@@ -246,6 +249,9 @@ class MockUpstream:
             return _error(400, "mock: 'messages' must be a list of message objects", param="messages")
         if not all(isinstance(m, dict) for m in body["messages"]):
             return _error(400, "mock: every message must be an object", param="messages")
+        refused = chat_refusal(body)
+        if refused is not None:
+            return _error(400, refused.message, param=refused.param, code=refused.code)
 
         reply, finish = _completion(body, request.headers.get("x-history-purpose"))
         named = body.get("model")

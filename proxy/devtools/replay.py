@@ -12,6 +12,10 @@ Each request is also priced (``proxy.core.cost``) under the routed upstream's pr
 one given: tokens billed as cached, uncached, and the cost in input-token equivalents, beside the
 same conversation sent unfiltered (append-only, so everything but the new messages is cached). A
 conversation whose filtered cost ends above its unfiltered cost is flagged ``dearer``.
+
+Beside the cost, each request measures *evidence kept* (SPEC section 9, ``proxy.core.evidence``): the
+distinctive tokens the model's next answer took from an earlier observation, and which of them the
+request the chain sends no longer holds (``evidence_lost``, listed so a person can judge them).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from proxy.core.cost import CacheSimulator, Pricing, shared_prefix
+from proxy.core.evidence import kept_share, measure
 from proxy.core.identity import Identity
 from proxy.core.messages import Message
 from proxy.errors import ProxyError
@@ -47,6 +52,24 @@ class ReplayStep:
     unfiltered_cached: int = 0
     unfiltered_cost: float = 0.0
     """The same request sent unfiltered, after the unfiltered previous ones."""
+    evidence_needed: int = 0
+    """Distinctive tokens the next answer took from an earlier observation (SPEC section 9)."""
+    evidence_lost: tuple[str, ...] = ()
+    """Of those, the ones the request sent no longer holds."""
+    evidence_out_of_context: tuple[str, ...] = ()
+    """Of those kept, the ones it holds only in messages the chain changed (a notice, a digest)."""
+
+    @property
+    def evidence_kept(self) -> int:
+        return self.evidence_needed - len(self.evidence_lost)
+
+    @property
+    def evidence_share(self) -> float:
+        return kept_share(self.evidence_kept, self.evidence_needed)
+
+    @property
+    def evidence_in_context(self) -> int:
+        return self.evidence_kept - len(self.evidence_out_of_context)
 
     @property
     def tokens_uncached(self) -> int:
@@ -81,6 +104,24 @@ class ReplayResult:
         return self.cost / self.unfiltered_cost if self.unfiltered_cost else 1.0
 
     @property
+    def evidence_needed(self) -> int:
+        return sum(s.evidence_needed for s in self.steps)
+
+    @property
+    def evidence_kept(self) -> int:
+        return sum(s.evidence_kept for s in self.steps)
+
+    @property
+    def evidence_share(self) -> float:
+        """Evidence kept over evidence needed, every request of the conversation together (1.0: none needed)."""
+        return kept_share(self.evidence_kept, self.evidence_needed)
+
+    @property
+    def evidence_in_context(self) -> int:
+        """Evidence kept in a message the chain left as it was (the stricter reading)."""
+        return sum(s.evidence_in_context for s in self.steps)
+
+    @property
     def dearer(self) -> bool:
         """The conversation cost more through the chain than unfiltered."""
         return self.cost > self.unfiltered_cost + 1e-9
@@ -106,6 +147,10 @@ class ReplayResult:
             "unfiltered_cost": round(self.unfiltered_cost, 1),
             "cost_ratio": round(self.cost_ratio, 4),
             "dearer": self.dearer,
+            "evidence_needed": self.evidence_needed,
+            "evidence_kept": self.evidence_kept,
+            "evidence_share": round(self.evidence_share, 4),
+            "evidence_in_context": self.evidence_in_context,
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -121,6 +166,9 @@ class ReplayResult:
                     "unfiltered_cost": round(s.unfiltered_cost, 1),
                     "tokens_uncached": s.tokens_uncached,
                     "cached_share": round(s.cached_share, 4),
+                    "evidence_lost": list(s.evidence_lost),
+                    "evidence_out_of_context": list(s.evidence_out_of_context),
+                    "evidence_share": round(s.evidence_share, 4),
                 }
                 for s in self.steps
             ],
@@ -191,6 +239,8 @@ async def replay(
             original_keys.append(_without_marks(m))
             original_tokens.append(counter.message(m))
         plain = unfiltered_billed.send(original_keys[:end], original_tokens[:end], result.tokens_before)
+        answer = messages[end] if end < len(messages) else None
+        evidence = measure(messages[:end], answer, sent) if answer is not None else None
         steps.append(
             ReplayStep(
                 request=number,
@@ -202,6 +252,9 @@ async def replay(
                 cost=priced.cost,
                 unfiltered_cached=plain.cached,
                 unfiltered_cost=plain.cost,
+                evidence_needed=len(evidence.needed) if evidence else 0,
+                evidence_lost=evidence.lost if evidence else (),
+                evidence_out_of_context=evidence.out_of_context if evidence else (),
             )
         )
         previous = keys

@@ -1,4 +1,5 @@
-"""How ``history-proxy replay`` shows what it measured: a table, an HTML chart, and totals over many files.
+"""How ``history-proxy replay`` shows what it measured: a table, and totals over many files (the HTML page:
+``replay_html``).
 
 Costs are in input-token equivalents (one uncached input token = 1.0), so they read beside the token
 counts; ``x0.58`` is the filtered cost over the unfiltered cost of the same requests.
@@ -6,13 +7,12 @@ counts; ``x0.58`` is the filtered cost over the unfiltered cost of the same requ
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 from proxy.devtools.replay import ReplayResult
 
 
-def _pricing_line(result: ReplayResult) -> str:
+def pricing_line(result: ReplayResult) -> str:
     p = result.pricing
     if p is None:
         return "pricing: none"
@@ -30,29 +30,45 @@ def cost_summary(result: ReplayResult) -> str:
     )
 
 
+def evidence_summary(kept: int, needed: int, in_context: int | None = None) -> str:
+    """``evidence kept 97.5% (39/40)``, then ``, 85.0% in context`` when given."""
+    share = kept / needed if needed else 1.0
+    context = (
+        "" if in_context is None else f", {(in_context / needed if needed else 1.0) * 100:.1f}% in context"
+    )
+    return f"evidence kept {share * 100:.1f}% ({kept}/{needed}){context}"
+
+
+def _lost(tokens: tuple[str, ...], most: int = 4) -> str:
+    shown = " ".join(tokens[:most])
+    return shown + (f" +{len(tokens) - most}" if len(tokens) > most else "")
+
+
 def render_text(result: ReplayResult) -> str:
     """A fixed-width table, one line per request, then the totals."""
     shadow = ", shadow mode" if result.mode == "shadow" else ""
     lines = [
         f"role {result.role}{shadow}, chain: {', '.join(result.chain) or '(none)'}",
-        _pricing_line(result),
+        pricing_line(result),
     ]
     lines += [
         f"{'req':>4} {'msgs':>5} {'unfiltered':>11} {'sent':>9} {'cached prefix':>14} {'cached %':>9} "
-        f"{'billed cached':>14} {'uncached':>9} {'cost':>10} {'unfilt. cost':>13}"
+        f"{'billed cached':>14} {'uncached':>9} {'cost':>10} {'unfilt. cost':>13} {'evidence':>9}  lost"
     ]
     for s in result.steps:
         lines.append(
             f"{s.request:>4} {s.messages:>5} {s.tokens_unfiltered:>11} {s.tokens_sent:>9} "
             f"{s.tokens_cached_prefix:>14} {s.cached_share * 100:>8.1f}% "
-            f"{s.tokens_cached:>14} {s.tokens_uncached:>9} {s.cost:>10.1f} {s.unfiltered_cost:>13.1f}"
+            f"{s.tokens_cached:>14} {s.tokens_uncached:>9} {s.cost:>10.1f} {s.unfiltered_cost:>13.1f} "
+            f"{f'{s.evidence_kept}/{s.evidence_needed}':>9}  {_lost(s.evidence_lost)}".rstrip()
         )
     t = result.totals
     lines.append(
         f"total: {t['requests']} requests, {t['tokens_unfiltered']} tokens unfiltered, {t['tokens_sent']} sent "
         f"({t['saved_share'] * 100:.1f}% saved), {t['tokens_cached_prefix']} a cacheable prefix "
         f"({t['cached_share'] * 100:.1f}% of sent), {t['tokens_cached']} billed cached, "
-        f"{t['tokens_uncached']} uncached; {cost_summary(result)}"
+        f"{t['tokens_uncached']} uncached; {cost_summary(result)}; "
+        f"{evidence_summary(result.evidence_kept, result.evidence_needed, result.evidence_in_context)}"
     )
     return "\n".join(lines)
 
@@ -62,6 +78,12 @@ def many_totals(results: dict[str, ReplayResult]) -> dict[str, Any]:
     cost = sum(r.cost for r in results.values())
     unfiltered = sum(r.unfiltered_cost for r in results.values())
     worst = max(results.items(), key=lambda item: item[1].cost_ratio, default=None)
+    needed = sum(r.evidence_needed for r in results.values())
+    kept = sum(r.evidence_kept for r in results.values())
+    in_context = sum(r.evidence_in_context for r in results.values())
+    least = min(results.items(), key=lambda item: (item[1].evidence_share, item[0]), default=None)
+    if least is not None and least[1].evidence_share >= 1.0:
+        least = None  # every conversation kept all its evidence
     return {
         "conversations": len(results),
         "requests": sum(len(r.steps) for r in results.values()),
@@ -73,19 +95,32 @@ def many_totals(results: dict[str, ReplayResult]) -> dict[str, Any]:
         "cost_ratio": round(cost / unfiltered, 4) if unfiltered else 1.0,
         "dearer": sorted(name for name, r in results.items() if r.dearer),
         "worst": {"file": worst[0], "cost_ratio": round(worst[1].cost_ratio, 4)} if worst else None,
+        "evidence_needed": needed,
+        "evidence_kept": kept,
+        "evidence_share": round(kept / needed, 4) if needed else 1.0,
+        "evidence_in_context": in_context,
+        "in_context_share": round(in_context / needed, 4) if needed else 1.0,
+        "least_evidence": {
+            "file": least[0],
+            "evidence_share": round(least[1].evidence_share, 4),
+            "evidence_kept": least[1].evidence_kept,
+            "evidence_needed": least[1].evidence_needed,
+        }
+        if least
+        else None,
     }
 
 
 def render_many(results: dict[str, ReplayResult]) -> str:
     """One line per conversation, then the totals over all of them."""
     first = next(iter(results.values()))
-    lines = [f"role {first.role}, chain: {', '.join(first.chain) or '(none)'}", _pricing_line(first)]
+    lines = [f"role {first.role}, chain: {', '.join(first.chain) or '(none)'}", pricing_line(first)]
     width = max(len(name) for name in results)
     for name, r in results.items():
         t = r.totals
         lines.append(
             f"{name:<{width}} {t['requests']:>4} req {t['tokens_unfiltered']:>9} unfiltered "
-            f"{t['tokens_sent']:>8} sent; {cost_summary(r)}"
+            f"{t['tokens_sent']:>8} sent; {cost_summary(r)}; {evidence_summary(r.evidence_kept, r.evidence_needed)}"
         )
     t = many_totals(results)
     lines.append(
@@ -93,82 +128,11 @@ def render_many(results: dict[str, ReplayResult]) -> str:
         f"unfiltered, {t['tokens_sent']} sent; cost {t['cost']:.1f} vs {t['unfiltered_cost']:.1f} unfiltered "
         f"(x{t['cost_ratio']:.3f}); {len(t['dearer'])} dearer than unfiltered"
         + (f" (worst x{t['worst']['cost_ratio']:.3f}: {t['worst']['file']})" if t["worst"] else "")
+        + f"; {evidence_summary(t['evidence_kept'], t['evidence_needed'], t['evidence_in_context'])}"
+        + (
+            f" (least {t['least_evidence']['evidence_share'] * 100:.1f}%: {t['least_evidence']['file']})"
+            if t["least_evidence"]
+            else ""
+        )
     )
     return "\n".join(lines)
-
-
-_SERIES = (
-    ("tokens_unfiltered", "tokens unfiltered", "#9aa5b1"),
-    ("tokens_sent", "tokens sent", "#1f77b4"),
-    ("tokens_cached_prefix", "cacheable prefix", "#2ca02c"),
-    ("unfiltered_cost", "cost unfiltered", "#ff7f0e"),
-    ("cost", "cost", "#d62728"),
-)
-
-
-def render_html(result: ReplayResult, title: str) -> str:
-    """A self-contained page: an SVG line chart of tokens and costs and the per-request table."""
-    width, height, pad = 900, 360, 50
-    steps = result.steps
-    peak = (
-        max((max(s.tokens_unfiltered, s.tokens_sent, s.unfiltered_cost, s.cost) for s in steps), default=1)
-        or 1
-    )
-    span = max(len(steps) - 1, 1)
-
-    def xy(i: int, value: float) -> tuple[float, float]:
-        return pad + (width - 2 * pad) * i / span, height - pad - (height - 2 * pad) * value / peak
-
-    lines = []
-    for key, label, colour in _SERIES:
-        points = [xy(i, getattr(s, key)) for i, s in enumerate(steps)]
-        path = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
-        dash = ' stroke-dasharray="6 3"' if "cost" in key else ""
-        lines.append(
-            f'<polyline class="series" data-series="{key}" fill="none" stroke="{colour}" stroke-width="2"{dash} '
-            f'points="{path}"><title>{label}</title></polyline>'
-        )
-        if len(points) <= 100:  # dots keep short replays visible (one request draws no line)
-            dots = "".join(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3"/>' for x, y in points)
-            lines.append(f'<g class="dots" data-series="{key}" fill="{colour}">{dots}</g>')
-    peak_label = round(peak)
-    grid = "".join(
-        f'<line x1="{pad}" y1="{y:.1f}" x2="{width - pad}" y2="{y:.1f}" stroke="#e5e5e5"/>'
-        f'<text x="{pad - 6}" y="{y + 4:.1f}" font-size="11" text-anchor="end">{round(peak * q)}</text>'
-        for q in (0.25, 0.5, 0.75)
-        for y in [xy(0, round(peak * q))[1]]
-    )
-    legend = "".join(f'<span style="color:{colour}">&#9632; {label}</span> ' for _, label, colour in _SERIES)
-    axis = (
-        f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="#333"/>'
-        f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="#333"/>'
-        f'<text x="{pad}" y="{pad - 10}" font-size="12">{peak_label} tokens</text>'
-        f'<text x="{width - pad}" y="{height - pad + 20}" font-size="12" text-anchor="end">request {len(steps)}</text>'
-    )
-    rows = "".join(
-        f"<tr><td>{s.request}</td><td>{s.messages}</td><td>{s.tokens_unfiltered}</td><td>{s.tokens_sent}</td>"
-        f"<td>{s.tokens_cached_prefix}</td><td>{s.cached_share * 100:.1f}%</td><td>{s.tokens_cached}</td>"
-        f"<td>{s.tokens_uncached}</td><td>{s.cost:.1f}</td><td>{s.unfiltered_cost:.1f}</td></tr>"
-        for s in steps
-    )
-    t = result.totals
-    flag = ' <b class="dearer">dearer than unfiltered</b>' if result.dearer else ""
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
-<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}
-td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}</style></head>
-<body><h1>{html.escape(title)}</h1>
-<p>role <b>{html.escape(result.role)}</b>{" (shadow mode)" if result.mode == "shadow" else ""},
-chain <b>{html.escape(", ".join(result.chain) or "(none)")}</b>: {t["requests"]} requests,
-{t["tokens_unfiltered"]} tokens unfiltered,
-{t["tokens_sent"]} sent ({t["saved_share"] * 100:.1f}% saved), {t["cached_share"] * 100:.1f}% of sent tokens a
-cacheable prefix.</p>
-<p>{html.escape(_pricing_line(result))}: {html.escape(cost_summary(result))}{flag}
-(costs in uncached input-token equivalents).</p>
-<p>{legend}</p>
-<svg id="chart" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}"
- viewBox="0 0 {width} {height}">{grid}{axis}{"".join(lines)}</svg>
-<table><tr><th>request</th><th>messages sent</th><th>unfiltered</th><th>sent</th><th>cacheable prefix</th>
-<th>cached</th><th>billed cached</th><th>uncached</th><th>cost</th><th>cost unfiltered</th></tr>{rows}</table>
-</body></html>
-"""

@@ -77,13 +77,18 @@ def cost_boundary(
     eager: Callable[[int, int], int],
     pricing: Pricing | None,
     hard_limit: int | None = None,
+    keep: Callable[[int, int], bool] | None = None,
+    kept: set[int] | None = None,
 ) -> int:
     """How many of the oldest ``items`` are compacted in the request ``messages``.
 
     ``eager(end, available)`` is how many items a filter advancing on every request would compact in
     the request of the first ``end`` messages, ``available`` of the items lying before ``end``; a
     request that, compacted up to the current boundary, holds more than ``hard_limit`` tokens moves
-    the boundary to the eager count regardless of cost.
+    the boundary to the eager count regardless of cost. ``keep(item, end)``: whether an advance made in
+    the request of the first ``end`` messages leaves that item whole (it saves nothing then, stays whole
+    for good, and an advance it alone would make is no advance); the items so kept are added to
+    ``kept``. A forced advance keeps nothing whole.
     """
     prices = pricing or ANTHROPIC
     penalty = max(prices.write - prices.read, 0.0)
@@ -97,15 +102,21 @@ def cost_boundary(
         target = min(max(eager(end, available), boundary), available)
         if target <= boundary:
             continue
-        saved = savings[target] - savings[boundary]
         kept_tokens = cum[end] - savings[boundary]
         must = hard_limit is not None and kept_tokens > hard_limit
+        spared = {k for k in range(boundary, target) if keep(k, end)} if keep and not must else set()
+        saved = savings[target] - savings[boundary] - sum(items[k].saving for k in spared)
         # what the advance rewrites: the compacted tokens between the first change and the end of the
         # previous request (messages new in this request are written either way)
-        tail = max(0, cum[end_before] - cum[items[boundary].position] - saved)
+        first = next((k for k in range(boundary, target) if k not in spared), target)
+        if first == target:
+            continue  # nothing would change
+        tail = max(0, cum[end_before] - cum[items[first].position] - saved)
         horizon = max((number - last_advance) * HORIZON_SHARE, MIN_HORIZON)
         if must or penalty == 0.0 or prices.read * saved * horizon >= penalty * tail:
             boundary, last_advance = target, number
+            if kept is not None:
+                kept.update(spared)
     return boundary
 
 

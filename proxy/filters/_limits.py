@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BeforeValidator
+from pydantic import BeforeValidator, WithJsonSchema
 
 from proxy.core.windows import limit_from_share, share_of
 from proxy.filters.base import FilterContext
@@ -23,7 +23,13 @@ def _checked(value: object) -> object:
     return value
 
 
-TokenLimit = Annotated[int | str, BeforeValidator(_checked)]
+_LIMIT_SCHEMA = {
+    "anyOf": [
+        {"type": "integer", "minimum": 1},
+        {"type": "string", "pattern": r"^\s*(\d+(\.\d+)?\s*%|\d+)\s*$"},
+    ]
+}
+TokenLimit = Annotated[int | str, BeforeValidator(_checked), WithJsonSchema(_LIMIT_SCHEMA)]
 """Tokens (``16000``) or a share of the request model's context window less its output room (``80%``)."""
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from proxy.core.cost import Pricing
 from proxy.core.messages import DEFAULT_COMPLETION_TOOLS, Message
 from proxy.core.tokens import TokenCounters
+from proxy.filters._plain_types import plain_fields
 
 
 class Summarizer(Protocol):
@@ -53,6 +54,12 @@ class Filter(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plain(cls, data: Any) -> Any:
+        """A boolean is not a number, nor a number a boolean (``n: yes``); see ``_plain_types``."""
+        return plain_fields(cls.model_fields, data)
 
     cache_friendly: ClassVar[str] = ""
     """One line for the docs: whether consecutive requests keep an identical kept prefix, and the knob."""

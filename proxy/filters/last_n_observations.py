@@ -19,6 +19,7 @@ from pydantic import Field, PrivateAttr, field_serializer, model_validator
 
 from proxy.core.messages import OBSERVATION, Message, image_count, tags_of
 from proxy.filters._cost_trigger import NOTICE_TOKENS, Item, cost_boundary, window_room
+from proxy.filters._facts import FactsMemo, new_facts, quoted_by_recent_steps, with_facts
 from proxy.filters.base import Filter, FilterContext
 
 TagSet = frozenset[str]
@@ -164,6 +165,14 @@ class LastNObservations(Filter):
     trigger: Literal["count", "cost"] = "count"
     """``cost``: move the boundary (to the newest ``n``) only when the tokens it elides repay the cache
     rewrite it causes, under the upstream's pricing (docs/cost.md); ``count``: every ``polling``."""
+    notice: Literal["lines", "facts"] = "lines"
+    """``facts``: the notice also lists the output's distinctive tokens (paths, dotted names, ids, numbers)
+    that no earlier message holds, so what the agent read stays in the request (docs/filters); an output
+    no longer than that notice is left as it is. ``lines``: SWE-agent's ``(L lines omitted)``."""
+    keep_quoted: int = Field(default=0, ge=0)
+    """With ``trigger: cost``: an old output one of whose facts (a distinctive token no earlier message
+    holds) one of the agent's ``keep_quoted`` newest steps quotes when the boundary passes it stays whole
+    for good. 0: off."""
     always_keep_output_for_tags: TagSet = Field(default=frozenset({"keep_output"}))
     """An observation tagged with one of these keeps its content even when old."""
     always_remove_output_for_tags: TagSet = Field(default=frozenset({"remove_output"}))
@@ -174,12 +183,15 @@ class LastNObservations(Filter):
     )
 
     _notices: NoticeMemo = PrivateAttr(default_factory=NoticeMemo)
+    _facts: FactsMemo = PrivateAttr(default_factory=FactsMemo)
     # old observations stay the same strings from request to request: their notices are remembered
 
     @model_validator(mode="after")
     def _one_trigger(self) -> LastNObservations:
         if self.trigger == "cost" and self.polling != 1:
             raise ValueError("polling moves the boundary by count, trigger: cost by price; set one of them")
+        if self.keep_quoted and self.trigger != "cost":
+            raise ValueError("keep_quoted decides when the boundary moves: it needs trigger: cost")
         return self
 
     @field_serializer("always_keep_output_for_tags", "always_remove_output_for_tags")
@@ -188,8 +200,10 @@ class LastNObservations(Filter):
 
     def apply(self, messages: list[Message], ctx: FilterContext) -> list[Message]:
         positions = observation_positions(messages)
+        facts = new_facts(messages, positions, self.private("_facts")) if self.notice == "facts" else None
+        spared: set[int] = set()
         if self.trigger == "cost":
-            by_count = range(1, 1 + self._cost_boundary(messages, positions, ctx))
+            by_count = range(1, 1 + self._cost_boundary(messages, positions, ctx, facts, spared))
         else:
             by_count = elided_by_count(len(positions), self.n, self.polling)
         result = list(messages)
@@ -198,7 +212,7 @@ class LastNObservations(Filter):
         for k, i in enumerate(positions):
             message = messages[i]
             if message.get("tags") is None:  # untagged, the usual case: the count alone decides
-                if k not in by_count:
+                if k not in by_count or k in spared:
                     continue
             else:
                 tags = tags_of(message)
@@ -206,20 +220,56 @@ class LastNObservations(Filter):
                     k not in by_count or tags & self.always_keep_output_for_tags
                 ):
                     continue
-            result[i] = copy = elided(message, notices)
+            copy = elided(message, notices)
+            if facts is not None:
+                copy = _with_facts(message, copy, facts[i])
+                if copy is message:
+                    continue
+            result[i] = copy
             rewrites.append((message, copy))
         # the request's counter learns each copy's tokens from its original's: no walk over the copies
         ctx.tokens.get(model=ctx.model).count_rewritten(rewrites, "content")
         return result
 
-    def _cost_boundary(self, messages: list[Message], positions: list[int], ctx: FilterContext) -> int:
-        """How many observations after the first are elided, decided by price (``_cost_trigger``)."""
+    def _cost_boundary(
+        self,
+        messages: list[Message],
+        positions: list[int],
+        ctx: FilterContext,
+        facts: dict[int, list[str]] | None,
+        spared: set[int],
+    ) -> int:
+        """How many observations after the first are elided, decided by price (``_cost_trigger``);
+        a notice with facts saves the output's tokens less the facts' (approximately: 1 + chars / 4)."""
         counter = ctx.tokens.get(model=ctx.model)
         counts = [counter.message(m) for m in messages]
-        items = [Item(i, max(0, counts[i] - NOTICE_TOKENS)) for i in positions[1:]]
+        listed = {i: sum(1 + len(t) // 4 for t in facts[i]) for i in positions[1:]} if facts else {}
+        items = [Item(i, max(0, counts[i] - NOTICE_TOKENS - listed.get(i, 0))) for i in positions[1:]]
         n = self.n
 
         def eager(_end: int, available: int) -> int:
             return available - n  # every observation but the first and the newest n
 
-        return cost_boundary(messages, counts, items, eager, ctx.pricing, window_room(ctx))
+        keep = (
+            quoted_by_recent_steps(messages, positions[1:], self.private("_facts"), self.keep_quoted, facts)
+            if self.keep_quoted
+            else None
+        )
+        kept: set[int] = set()
+        boundary = cost_boundary(messages, counts, items, eager, ctx.pricing, window_room(ctx), keep, kept)
+        spared.update(k + 1 for k in kept)  # item k is observation k + 1 (the first is never elided)
+        return boundary
+
+
+def _with_facts(message: Message, copy: Message, facts: list[str]) -> Message:
+    """``copy`` (``message`` elided) with ``facts`` in its notice; ``message`` itself when that notice
+    would not be shorter than the text it replaces."""
+    content = copy["content"]
+    notice = content if isinstance(content, str) else content[0]["text"]
+    full = with_facts(notice, facts)
+    original = message.get("content")
+    if isinstance(original, str) and len(full) >= len(original):
+        return message
+    if full is notice:
+        return copy
+    return {**copy, "content": full if isinstance(content, str) else [{"type": "text", "text": full}]}

@@ -14,6 +14,7 @@ from proxy.core.messages import (
     SYSTEM_ROLES,
     Message,
     group_spans,
+    is_opaque,
     leading_system_count,
     newest_user_index,
     text_of,
@@ -71,12 +72,13 @@ def unanswered_tail_start(messages: list[Message]) -> int | None:
 class ManagerDigest(Filter):
     """A manager's overview: counts and recent digests, the newest assistant reply, a closing instruction.
 
-    Output, in order: ``system_prompt`` (replacing the leading system messages) or the leading
-    system messages; an overview system message (message, tool-result and assistant counts, then
-    a line per recent message); the newest user message when it is older than the newest assistant
-    message; the newest assistant message and everything after it, verbatim (an action with all
-    its results); a system message with ``instruction``. An unanswered trailing action stays last,
-    after the instruction, as the input had it.
+    Output, in order: ``system_prompt`` (replacing the leading system messages' text; the tool
+    declarations and opaque items among them stay) or the leading system messages; an overview system
+    message (message, tool-result and assistant counts, then a line per recent message); the newest user
+    message when it is older than the newest assistant message; the newest assistant message and
+    everything after it, verbatim (an action with all its results); a system message with
+    ``instruction``. An unanswered trailing action stays last, after the instruction, as the input had
+    it.
 
     ```yaml
     manager: [{type: manager_digest, system_prompt: "You supervise a coding agent.", recent: 5}]
@@ -126,7 +128,9 @@ class ManagerDigest(Filter):
         tail_start = newest_assistant if newest_assistant is not None else newest_user
         if tail_start is None:
             tail_start = len(messages)
-        head = [system_message(self.system_prompt)] if self.system_prompt is not None else messages[:lead]
+        head = messages[:lead]
+        if self.system_prompt is not None:  # replaces the text instructions; tool declarations stay
+            head = [system_message(self.system_prompt), *(m for m in head if is_opaque(m))]
         result = [*head, system_message(self.overview(messages, lead))]
         if newest_user is not None and newest_user < tail_start:
             result.append(messages[newest_user])

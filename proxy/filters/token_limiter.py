@@ -20,6 +20,7 @@ from proxy.core.messages import (
     Message,
     group_spans,
     how_many_to_drop,
+    is_opaque,
     keep_spans,
     leading_system_count,
     newest_user_index,
@@ -68,11 +69,15 @@ class TokenLimiter(Filter):
         excess = counter.messages(messages) - (resolve_limit(self.limit, ctx) or 1)
         if excess <= 0:
             return list(messages)
-        lead = leading_system_count(messages) if self.keep_system else 0
+        instructions = leading_system_count(messages)
+        lead = instructions if self.keep_system else 0
         spans = group_spans(messages, lead)
         newest_user = newest_user_index(messages)
-        droppable = [
-            span for span in spans[:-1] if newest_user is None or not span[0] <= newest_user < span[1]
+        droppable = [  # tool declarations among the instructions stay even without keep_system
+            span
+            for span in spans[:-1]
+            if (newest_user is None or not span[0] <= newest_user < span[1])
+            and not (span[0] < instructions and is_opaque(messages[span[0]]))
         ]
         count = how_many_to_drop([_tokens(counter, messages[a:b]) for a, b in droppable], excess, self.step)
         if count == 0:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.core.identity import Identity
+from proxy.core.refetch import refetch_count
 from proxy.core.usage import CacheUsage
 from proxy.observability.logs import redact
 from proxy.pipeline.run import PipelineResult
@@ -72,6 +73,7 @@ _NO_RESULT: dict[str, Any] = dict.fromkeys(
         "limit",
         "failed_filter",
         "notes",
+        "refetches",
         "broken",
     )
 )
@@ -112,6 +114,8 @@ class Exchange:
     """The input and prompt-cache tokens the upstream reported, when it did."""
     overflow_retry: int | None = None
     """The token budget a request refused as too long was fitted to and sent again with."""
+    trace: Any = None
+    """The model call's spans (:class:`proxy.observability.spans.RequestTrace`) when telemetry is on."""
 
     def elapsed_ms(self) -> float:
         return (time.perf_counter() - self.started) * 1000
@@ -135,6 +139,7 @@ class Exchange:
             "method": self.method,
             "path": self.path,
             "role": who.role if who else None,
+            "role_sent": who.role_sent if who else None,
             "agent": who.agent if who else None,
             "tenant": who.tenant if who else None,
             "model": self.model,
@@ -171,6 +176,7 @@ class Exchange:
             fields["limit"] = report.get("limit")
             fields["failed_filter"] = result.failed_filter
             fields["notes"] = report.get("notes")
+            fields["refetches"] = refetch_count(report.get("notes"))
             fields["broken"] = self.broken
         usage = self.usage
         fields["upstream_input_tokens"] = usage.input_tokens if usage else None
@@ -184,6 +190,8 @@ class Exchange:
         fields["first_byte_ms"] = _rounded(self.first_byte_ms())
         fields["upstream_ms"] = None if sent is None else round((now - sent) * 1000, 2)
         fields["total_ms"] = round((now - self.started) * 1000, 2)
+        if self.trace is not None:  # joins the line to its trace
+            fields["trace_id"] = self.trace.trace_id
         if self.body is not None:
             fields["body"] = redact(self.body, secrets)
         return fields

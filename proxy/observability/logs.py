@@ -152,7 +152,7 @@ class TextFormatter(logging.Formatter):
 def access_summary(fields: dict[str, Any]) -> str:
     """One readable line: status, route, who, tokens and messages before -> after, filters, timings."""
     parts = [f"{fields.get('status')} {fields.get('method')} {fields.get('path')}"]
-    for key in ("role", "agent", "tenant", "model", "upstream"):
+    for key in ("role", "role_sent", "agent", "tenant", "model", "upstream"):
         if fields.get(key) is not None:
             parts.append(f"{key}={fields[key]}")
     if fields.get("mode") == "shadow":
@@ -169,6 +169,8 @@ def access_summary(fields: dict[str, Any]) -> str:
         parts.append("filters " + ",".join(removed))
     if fields.get("failed_filter"):
         parts.append(f"failed={fields['failed_filter']}")
+    if fields.get("notes"):
+        parts.append("notes " + ",".join(fields["notes"]))
     if fields.get("overhead_ms") is not None:
         parts.append(f"overhead {fields['overhead_ms']}ms")
     parts.append(f"total {fields.get('total_ms')}ms id={fields.get('request_id')}")

@@ -36,6 +36,10 @@ from proxy.core.identity import Identity
 from proxy.filters import FILTER_TYPES
 from proxy.observability.access import Exchange, access_log, request_id_for
 from proxy.observability.logs import JsonMessage
+from proxy.observability.refetch import observe_refetches, refetch_counter
+from proxy.observability.role_hints import RoleHints
+from proxy.observability.summary_metrics import SummaryCollectors
+from proxy.observability.tracing import Telemetry
 
 __all__ = [
     "Exchange",
@@ -80,7 +84,7 @@ class Children(Generic[Collector]):
         return child
 
 
-class Metrics:
+class Metrics(SummaryCollectors):
     """Request, token, filter-failure and overhead collectors for one app."""
 
     def __init__(self, config: Config) -> None:
@@ -119,8 +123,10 @@ class Metrics:
             buckets=OVERHEAD_BUCKETS,
             registry=self.registry,
         )
+        self.role_hints = RoleHints(self.registry)
         self._add_summary_collectors()
         self._add_report_collectors(config)
+        self.telemetry = Telemetry(config.telemetry, self.registry)  # spans, ended by finish
         self._requests = Children(self.requests)
         self._tokens_before = Children(self.tokens_before)
         self._tokens_after = Children(self.tokens_after)
@@ -132,31 +138,6 @@ class Metrics:
         self._upstream_seconds = Children(self.upstream_seconds)
         self._upstream_first_byte = Children(self.upstream_first_byte)
         self._upstream_tokens = Children(self.upstream_tokens)
-
-    def _add_summary_collectors(self) -> None:
-        self.summary_hits = Counter(
-            "history_proxy_summary_cache_hits",
-            "Summaries found without a model call, by where: memory, redis, inflight (joined a running call).",
-            ["source"],
-            registry=self.registry,
-        )
-        self.summary_misses = Counter(
-            "history_proxy_summary_cache_misses",
-            "Summaries that needed a model call.",
-            registry=self.registry,
-        )
-        self.summary_errors = Counter(
-            "history_proxy_summary_cache_errors",
-            "Failed summary cache operations (e.g. Redis unreachable), by backend.",
-            ["backend"],
-            registry=self.registry,
-        )
-        self.summary_calls = Counter(
-            "history_proxy_summary_calls",
-            "Summary calls to an upstream, by upstream and outcome (ok, error, timeout, cancelled at shutdown).",
-            ["upstream", "outcome"],
-            registry=self.registry,
-        )
 
     def _add_report_collectors(self, config: Config) -> None:
         """What each chain did, upstream timings and open streams."""
@@ -236,6 +217,7 @@ class Metrics:
             ["upstream"],
             registry=self.registry,
         )
+        self.refetches = refetch_counter(self.registry)
         self.streams_in_flight = Gauge(
             "history_proxy_streams_in_flight",
             "Upstream answers to stream: true requests being relayed right now.",
@@ -268,6 +250,7 @@ class Metrics:
             return
         if result.mode == "shadow":
             self._shadow_requests(role).inc()
+        observe_refetches(self.refetches, result.report, role)
         for outcome in result.report.get("filters", ()):
             kind = self.filter_label(outcome["type"])
             removed = outcome["tokens_removed"]
@@ -327,6 +310,7 @@ class Metrics:
         role = self.role_label(exchange.identity.role if exchange.identity else None)
         upstream = self.upstream_label(exchange.upstream)
         self._requests(role, upstream, str(exchange.status)).inc()
+        self.role_hints.observe(exchange.identity)
         result = exchange.result
         if result is not None and exchange.upstream is not None:  # previews are not traffic
             self._tokens_before(role).observe(result.tokens_before)
@@ -336,6 +320,8 @@ class Metrics:
         if exchange.overhead_ms is not None:
             self.observe_overhead(exchange.overhead_ms / 1000)
         self._observe_report(exchange, role, upstream)
+        if exchange.trace is not None:
+            exchange.trace.end(exchange)
         if access_log.isEnabledFor(logging.INFO):  # no fields (or redacted body) for a line nobody sees
             self._write_access_line(exchange.fields(self._secrets))
 
@@ -360,20 +346,12 @@ class Metrics:
 
     # --- summaries (``summarize``): the recorder proxy.summaries.cache reports to ---------------------
 
-    def summary_cache_hit(self, source: str) -> None:
-        self.summary_hits.labels(source).inc()
-
-    def summary_cache_miss(self) -> None:
-        self.summary_misses.inc()
-
-    def summary_cache_error(self, backend: str) -> None:
-        self.summary_errors.labels(backend).inc()
-
     def summary_call(
         self, *, upstream: str | None, model: str, outcome: str, status: int, seconds: float
     ) -> None:
         """Count one summary call, and log and count it as a request of role ``summarizer``."""
         self.summary_calls.labels(self.upstream_label(upstream), outcome).inc()
+        self.telemetry.summary_call(upstream, model, outcome, status, seconds)
         exchange = Exchange(
             uuid.uuid4().hex,
             "POST",

@@ -7,7 +7,7 @@ import re
 from proxy.pipeline.run import PipelineResult
 
 _HEADER_UNSAFE = re.compile(r"[^\x20-\x7e]")
-NOT_FILTER_NOTES = ("identity:", "history_at_provider:")
+NOT_FILTER_NOTES = ("identity:", "history_at_provider:", "refetch:")
 """Notes about the request, not about a filter: in ``x-history-notes`` only."""
 
 

@@ -9,8 +9,7 @@ reported the same way, but the body to forward keeps the original messages, and 
 reported instead of failing the request.
 
 Per request, every message object is counted once (``TokenCounters.for_request``, shared with the
-filters through their context), so the counts between filters cost only what a filter changed.
-"""
+filters), so the counts between filters cost only what a filter changed. Re-fetches are noted."""
 
 from __future__ import annotations
 
@@ -28,14 +27,16 @@ from proxy.core.cost import Pricing
 from proxy.core.identity import Identity
 from proxy.core.invariants import invariant_errors, invariants_hold
 from proxy.core.messages import Message, NotApplicable, strip_annotations
-from proxy.core.tokens import TokenCounter, TokenCounters
+from proxy.core.refetch import refetch_notes
+from proxy.core.tokens import TokenCounters
 from proxy.core.validation import check_messages, message_list, request_messages
 from proxy.core.windows import output_reserve, window_of
 from proxy.errors import FilterError, InvalidRequestError, PayloadTooLargeError
 from proxy.filters.base import Filter, FilterContext, Summarizer
+from proxy.pipeline.report import checked_side, side
+from proxy.pipeline.scope import caller_summarizer
 
 __all__ = ["FilterOutcome", "Pipeline", "PipelineResult", "request_messages"]
-
 log = logging.getLogger("history_proxy.pipeline")
 
 
@@ -75,45 +76,9 @@ class PipelineResult:
         return replace(self, body={}, filtered_messages=[])
 
 
-def _by_role(messages: Sequence[Message], counts: Sequence[int]) -> dict[str, int]:
-    by_role: dict[str, int] = {}
-    for message, tokens in zip(messages, counts, strict=True):
-        role = message.get("role")
-        if role.__class__ is not str:
-            role = str(role)
-        by_role[role] = by_role.get(role, 0) + tokens
-    return by_role
-
-
 def _same_messages(a: Sequence[Message], b: Sequence[Message]) -> bool:
     """The same message objects in the same order (what an unchanged chain hands back)."""
     return len(a) == len(b) and all(map(is_, a, b))
-
-
-def _side(counter: TokenCounter, messages: Sequence[Message]) -> dict[str, Any]:
-    return _side_of(messages, _by_role(messages, counter.each(messages)))
-
-
-def _side_of(messages: Sequence[Message], by_role: dict[str, int]) -> dict[str, Any]:
-    return {"messages": len(messages), "tokens": sum(by_role.values()) + 3, "tokens_by_role": by_role}
-
-
-def _checked_side(
-    counter: TokenCounter, messages: list[Any], counted: list[int | None] | None
-) -> dict[str, Any]:
-    """:func:`request_messages`' checks of every message and the tokens before the chain, in one walk.
-
-    The messages of the plain shape are checked and counted together (:meth:`TokenCounter.each_plain`,
-    or ``counted`` by the caller); the others are checked in full, in order, and counted the usual way.
-    """
-    if counted is None or len(counted) != len(messages):
-        counts = counter.each_plain(messages)
-    else:
-        counts = counter.remember(messages, counted)
-    if None in counts:
-        check_messages(messages, counts)
-        return _side(counter, messages)
-    return _side_of(messages, _by_role(messages, counts))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -176,7 +141,7 @@ class Pipeline:
             tenant=identity.tenant,
             completion_tools=self.completion_tools,
             tokens=tokens if tokens is not None else self.tokens.for_request(),
-            summarizer=self.summarizer,
+            summarizer=caller_summarizer(self.summarizer, identity),
             upstream=upstream,
             notes=list(identity.notes),
             pricing=self._pricing(upstream),
@@ -215,7 +180,7 @@ class Pipeline:
         model = body.get("model") if isinstance(body.get("model"), str) else ""
         ctx = self.context(identity, str(model), upstream, body=body)
         counter = ctx.tokens.get(model=ctx.model)  # the request's view: each message object counted once
-        before = _checked_side(counter, original, counted)  # checked too: filters then read them safely
+        before = checked_side(counter, original, counted)  # checked too: filters then read them safely
         resolved = self.resolve(identity.role, identity.tenant)
         chain, mode = resolved.chain, resolved.mode
 
@@ -252,6 +217,8 @@ class Pipeline:
 
         if failed is not None:
             messages, outcomes = original, []
+        elif mode != "shadow":  # a re-fetch of an output this chain hid (SPEC section 9)
+            ctx.notes.extend(refetch_notes(original, messages))
         forwarded = strip_annotations(messages)
         slot = self.config.cache_control
         target = self.config.upstreams.get(upstream or "")
@@ -261,7 +228,7 @@ class Pipeline:
         if _same_messages(forwarded, original):  # nothing changed: the same figures, counted once
             after = {**before, "tokens_by_role": dict(before["tokens_by_role"])}
         else:
-            after = _side(counter, forwarded)
+            after = side(counter, forwarded)
         report = self._report(identity, ctx, before, after, outcomes, resolved, failed)
         report["mode"] = mode
         filtered = forwarded

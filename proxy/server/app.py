@@ -35,6 +35,7 @@ from proxy.core.identity import Identity
 from proxy.core.tokens import TokenCounters
 from proxy.errors import FilterError, MethodNotAllowedError, NotFoundError, ProxyError
 from proxy.observability.access import fresh_request_id
+from proxy.observability.memory import watch_memory
 from proxy.observability.metrics import Exchange, Metrics, request_id_for
 from proxy.pipeline.headers import history_headers
 from proxy.pipeline.run import Pipeline, PipelineResult
@@ -44,10 +45,9 @@ from proxy.server.body import (
     encode_json,
     has_body,
     model_of,
-    parse_body,
     read_body,
 )
-from proxy.server.caller import reachable_upstreams, resolve_identity
+from proxy.server.caller import authorize_metrics, reachable_upstreams, resolve_identity
 from proxy.server.edge import Call, Edge, Outgoing, Relay, Whole, error_answer, route_path, scope_headers
 from proxy.server.forwarded import forwarded_headers
 from proxy.server.gc_tuning import settle_gc
@@ -56,8 +56,9 @@ from proxy.server.overflow import RETRY_HEADER, retry_if_overflow
 from proxy.server.protocol import HEAD_LIMITS
 from proxy.server.reload import Reloader, ServingState, StateSwitch, authorize_admin, reload_on_sighup
 from proxy.server.surfaces import error_surface, previewed, surface_call
+from proxy.server.warm import counted_off_loop, read_request
 from proxy.summaries.cache import CachingSummarizer
-from proxy.summaries.store import summary_backend
+from proxy.summaries.store import memory_of, summary_backend
 from proxy.surfaces.memo import ViewMemo
 from proxy.upstream.client import Body, Upstreams
 from proxy.upstream.reply import UpstreamReply
@@ -76,17 +77,21 @@ class _Proxy:
         upstreams = Upstreams(config)
         backend = summary_backend(config.summary_cache, self.metrics)
         self.summaries = CachingSummarizer(upstreams, backend, recorder=self.metrics)
-        self.tokens = TokenCounters()
+        self.tokens = TokenCounters(max_bytes=config.limits.token_cache_bytes)  # read once, at start
         self.states = StateSwitch(self._serving(config, upstreams))
+        watch_memory(
+            self.metrics.registry,
+            token_cache=lambda: self.tokens,
+            surface_memo=lambda: self.states.latest.views,
+            summary_cache=lambda: memory_of(self.summaries.backend),
+        )
         self.reloader = Reloader(config_path, self.states, self._next_state)
 
     def _serving(self, config: Config, upstreams: Upstreams, generation: int = 0) -> ServingState:
         """What one config builds; token counters, HTTP client, mock and summary cache are shared."""
         pipeline = Pipeline(config, self.tokens, summarizer=self.summaries)
         HEAD_LIMITS.configure(config.limits)  # read by this process's connections per request head
-        return ServingState(
-            config, pipeline, upstreams, generation, ViewMemo(config.limits.surface_memo_messages)
-        )
+        return ServingState(config, pipeline, upstreams, generation, ViewMemo.of(config.limits))
 
     async def _next_state(self, config: Config, current: ServingState) -> ServingState:
         upstreams = await current.upstreams.reconfigured(config)
@@ -120,7 +125,7 @@ class _Proxy:
     def begin(self, call: Call) -> Exchange:
         exchange = Exchange(request_id_for(call.headers), call.method, call.path, time.perf_counter())
         call.scope.setdefault("state", {})["exchange"] = exchange
-        return exchange
+        return self.metrics.telemetry.begin(exchange, call.headers, call.state.config)
 
     def identify(self, call: Call, exchange: Exchange) -> Identity:
         exchange.identity = resolve_identity(call.state.config, call.headers)
@@ -164,15 +169,12 @@ class _Proxy:
         once), unless a fallback upstream places other cache marks and needs the chain run again.
         """
         config, pipeline = call.state.config, call.state.pipeline
-        limits = config.limits
-        body = parse_body(
-            await read_body(call.headers, call.stream(), limits.max_body_bytes), limits.max_json_containers
-        )
+        body = await read_request(call)
         names = self._route(call, body, exchange)
         exchange.stream = body.get("stream") is True
         if config.log_bodies:
             exchange.body = body
-        result = await pipeline.run(body, identity, names[0])
+        result = await counted_off_loop(lambda: pipeline.run(body, identity, names[0]), body, self.tokens)
         content = encode_json(result.body)
         kept = exchange.result = result.without_messages()
         marks = config.upstreams[names[0]].cache_control
@@ -190,11 +192,8 @@ class _Proxy:
         call = Call.of(request)
         exchange = self.begin(call)
         identity = self.identify(call, exchange)
-        limits = call.state.config.limits
-        body = parse_body(
-            await read_body(call.headers, call.stream(), limits.max_body_bytes), limits.max_json_containers
-        )
-        names = self._route(call, body, exchange, forwarded=False)
+        body = await read_request(call)
+        names = self._route(call, body, exchange)  # the caller's scope, as if forwarded (docs/hardening.md)
         exchange.upstream = None  # nothing is forwarded
         sent, result = await previewed(call, body, identity, names[0])
         exchange.result = result
@@ -236,20 +235,18 @@ class _Proxy:
         return JSONResponse({"status": "ok"})
 
     async def metrics_text(self, request: Request) -> Response:
+        authorize_metrics(request.scope["state"]["serving"].config, Call.of(request).headers)
         content, media_type = self.metrics.render()
         return Response(content, media_type=media_type)
 
     # --- forwarding --------------------------------------------------------------------------
 
-    def _route(
-        self, call: Call, body: dict[str, Any], exchange: Exchange, *, forwarded: bool = True
-    ) -> list[str]:
-        """The upstreams to try for ``body``'s model; those the caller's key may reach when forwarded."""
-        model = body.get("model")
-        exchange.model = model if isinstance(model, str) and model else None
-        names = call.state.config.route(exchange.model or "")
-        if forwarded:
-            names = reachable_upstreams(call.state.config, call.headers, names)
+    def _route(self, call: Call, body: dict[str, Any], exchange: Exchange) -> list[str]:
+        """The upstreams to try for ``body``'s model that the caller's key may reach (else 403)."""
+        exchange.model = self.metrics.telemetry.requested(exchange, body)
+        names = reachable_upstreams(
+            call.state.config, call.headers, call.state.config.route(exchange.model or "")
+        )
         exchange.upstream = names[0]
         return names
 
@@ -266,7 +263,7 @@ class _Proxy:
             call.state.config.trusted_proxies,
         )
         return await call.state.upstreams.open(
-            call.method, path, query=call.query, headers=headers, names=names, body=body
+            call.method, path, query=call.query, headers=headers, names=names, body=body, trace=exchange.trace
         )
 
     async def _respond(self, reply: UpstreamReply, exchange: Exchange, extra: dict[str, str]) -> Outgoing:

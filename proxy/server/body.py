@@ -65,8 +65,9 @@ def check_containers(raw: bytes, limit: int) -> None:
         )
 
 
-def parse_body(raw: bytes, max_containers: int | None = None) -> dict[str, Any]:
-    """The request body as a JSON object, or a 400 saying what to send instead.
+def parse_body(raw: bytes, max_containers: int | None = None, history: str = "messages") -> dict[str, Any]:
+    """The request body as a JSON object, or a 400 saying what to send instead (an object with
+    ``model`` and ``history``: ``messages``, or a surface's own field such as Responses' ``input``).
 
     ``max_containers``: 413 first for a body holding more objects and arrays (:func:`check_containers`).
 
@@ -79,23 +80,23 @@ def parse_body(raw: bytes, max_containers: int | None = None) -> dict[str, Any]:
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        body = _parse_strictly(raw)
+        body = _parse_strictly(raw, history)
     if not isinstance(body, dict):
         raise InvalidRequestError(
-            f"the request body must be a JSON object with 'model' and 'messages', not a JSON {type(body).__name__}",
+            f"the request body must be a JSON object with 'model' and '{history}', not a JSON {type(body).__name__}",
             code="invalid_json",
         )
     return body
 
 
-def _parse_strictly(raw: bytes) -> Any:
+def _parse_strictly(raw: bytes, history: str) -> Any:
     try:
         return json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
     except RecursionError:
         raise InvalidRequestError("the request body is nested too deeply", code="invalid_json") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidRequestError(
-            f"the request body is not valid JSON ({exc}); send a JSON object with 'model' and 'messages'",
+            f"the request body is not valid JSON ({exc}); send a JSON object with 'model' and '{history}'",
             code="invalid_json",
         ) from None
 

@@ -6,7 +6,7 @@ import hmac
 from collections.abc import Mapping
 
 from proxy.config.models import Config, ProxyKey
-from proxy.core.identity import ROLE_DEFAULTED, Identity, bearer_token, read_header
+from proxy.core.identity import Identity, bearer_token, match_role, read_header
 from proxy.errors import AuthError, ForbiddenError
 
 
@@ -61,12 +61,24 @@ def reachable_upstreams(config: Config, headers: Mapping[str, str], names: list[
 def resolve_identity(config: Config, headers: Mapping[str, str]) -> Identity:
     """Read the caller from lower-cased request headers; raises 401/400 ``ProxyError``s."""
     ids = config.identity
-    tenant = tenant_for_key(config, proxy_token(headers))
-    role = read_header(headers, ids.role_header)
+    entry = _key_entry(config, proxy_token(headers))
+    sent = read_header(headers, ids.role_header)
+    role, notes = match_role(sent, config.policies.roles, ids.default_role)
     return Identity(
-        role=role or ids.default_role,
+        role=role,
         agent=read_header(headers, ids.agent_header),
         phase=read_header(headers, ids.phase_header),
-        tenant=tenant,
-        notes=() if role else (ROLE_DEFAULTED,),
+        tenant=entry.tenant if entry else None,
+        notes=notes,
+        role_sent=sent if notes and sent else None,
+        upstreams=frozenset(entry.upstreams) if entry and entry.upstreams is not None else None,
     )
+
+
+def authorize_metrics(config: Config, headers: Mapping[str, str]) -> None:
+    """``GET /metrics`` under ``admin.metrics: admin``: 401 without a proxy key, 403 unless an admin tenant's."""
+    if config.admin.metrics != "admin":
+        return
+    tenant = tenant_for_key(config, proxy_token(headers)) if config.auth.keys else None
+    if tenant is None or tenant not in config.admin.tenants:
+        raise ForbiddenError(f"tenant {tenant!r} may not read /metrics (admin.metrics: admin, admin.tenants)")

@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.errors import OPENAI, InvalidRequestError, ProxyError, render_error
 from proxy.observability.access import Exchange
+from proxy.server.doors import normalise
 from proxy.upstream.reply import UpstreamReply
 
 if TYPE_CHECKING:
@@ -242,14 +243,7 @@ class Edge:
 
         try:
             try:
-                route = route_path(scope) if scope["method"] == "POST" else ""
-                if route == CHAT_PATH:
-                    await self._chat(scope, receive, tracking_send)
-                elif route in SURFACE_PATHS:
-                    await self._chat(scope, receive, tracking_send, route)
-                else:
-                    check_path(scope)
-                    await self.app(scope, receive, tracking_send)
+                await self._dispatch(scope, receive, tracking_send)
             except ProxyError as exc:
                 if started:
                     raise
@@ -261,6 +255,28 @@ class Edge:
                     f"internal error in the proxy; its log has the details (request {request_id})"
                 )
                 await error_answer(error, request_id)(scope, receive, send)
+
+    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Chat and the surfaces past the router, under any spelling of their paths (:mod:`doors`)."""
+        try:
+            route = route_path(scope) if scope["method"] == "POST" else ""
+            if route == CHAT_PATH:
+                await self._chat(scope, receive, send)
+            elif route in SURFACE_PATHS:
+                await self._chat(scope, receive, send, route)
+            else:
+                check_path(scope)
+                route = normalise(scope, route_path(scope))
+                if route == CHAT_PATH or route in SURFACE_PATHS:
+                    await self._chat(scope, receive, send, None if route == CHAT_PATH else route)
+                else:
+                    await self.app(scope, receive, send)
+        except RecursionError:  # JSON nested deeper than Python walks: the client's to fix
+            raise InvalidRequestError(
+                "the request body nests objects or arrays too deeply for this proxy; send at most a few "
+                "hundred levels",
+                code="nesting_too_deep",
+            ) from None
 
     async def _chat(self, scope: Scope, receive: Receive, send: Send, surface: str | None = None) -> None:
         # the query string as Starlette reads it; there rarely is one, so its parser costs nothing here

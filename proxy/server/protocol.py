@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +32,7 @@ from proxy.server.surfaces import error_surface
 
 log = logging.getLogger("history_proxy")
 
-_REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+_REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}
 
 
 @dataclass
@@ -42,6 +43,10 @@ class HeadLimits:
     max_count: int = LimitsConfig().max_headers
     timeout_s: float = LimitsConfig().header_timeout_s
     body_timeout_s: float = LimitsConfig().body_timeout_s
+    max_connections: int = 0
+    """Open client connections allowed in this process (:func:`connection_cap`)."""
+    connections: int = 0
+    """Client connections open now in this process."""
 
     def configure(self, limits: LimitsConfig) -> None:
         """Take a (re)loaded config's limits; connections read them per request head."""
@@ -49,6 +54,31 @@ class HeadLimits:
         self.max_count = limits.max_headers
         self.timeout_s = limits.header_timeout_s
         self.body_timeout_s = limits.body_timeout_s
+        self.max_connections = connection_cap(limits.max_connections)
+
+
+def connection_cap(configured: int | None) -> int:
+    """``limits.max_connections``, or three quarters of the open-file limit (``ulimit -n``) when unset.
+
+    Each client connection holds a file descriptor (for ``header_timeout_s`` when idle); the rest of
+    the limit is left to upstream connections, the log and the config file.
+    """
+    if configured is not None:
+        return configured
+    try:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (OSError, ValueError):
+        return 768
+    return 768 if soft == resource.RLIM_INFINITY else max(16, soft * 3 // 4)
+
+
+class TooManyConnectionsError(ProxyError):
+    status_code = 503
+    error_type = "overloaded_error"
+    code = "too_many_connections"
+
+    def headers(self) -> dict[str, str]:
+        return {"retry-after": "1"}
 
 
 HEAD_LIMITS = HeadLimits()
@@ -83,9 +113,20 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         """When the last body bytes arrived (the loop's clock)."""
         self._body_timer: asyncio.TimerHandle | None = None
         self._refusal: ProxyError | None = None
+        self._counted = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        HEAD_LIMITS.connections += 1
+        self._counted = True
+        if HEAD_LIMITS.connections > HEAD_LIMITS.max_connections:
+            self._refuse(
+                TooManyConnectionsError(
+                    f"this proxy process has {HEAD_LIMITS.max_connections} client connections open "
+                    "(limits.max_connections); retry shortly or reuse a connection"
+                )
+            )
+            return
         # a connection that never completes its first head (or never sends a byte) is timed too
         self._head_timer = self.loop.call_later(HEAD_LIMITS.timeout_s, self._head_timed_out)
 
@@ -131,6 +172,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             super().send_400_response(msg)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._counted:
+            self._counted = False
+            HEAD_LIMITS.connections -= 1
         self._end_head()
         self._end_body()
         super().connection_lost(exc)
@@ -217,6 +261,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             b"content-type: application/json\r\n",
             b"content-length: %d\r\n" % len(body),
             b"x-request-id: %s\r\n" % request_id.encode(),
+            *(b"%s: %s\r\n" % (name.encode(), value.encode()) for name, value in error.headers().items()),
             b"connection: close\r\n\r\n",
         ]
         self.transport.write(b"".join(head) + body)

@@ -19,9 +19,10 @@ from proxy.config.models import Config
 from proxy.errors import ANTHROPIC, OPENAI, InvalidRequestError
 from proxy.pipeline.headers import history_headers
 from proxy.pipeline.run import PipelineResult
-from proxy.server.body import encode_json, parse_body, read_body
+from proxy.server.body import encode_json
 from proxy.server.edge import Call, Outgoing
 from proxy.server.overflow import RETRY_HEADER, retry_if_overflow
+from proxy.server.warm import counted_off_loop, read_request
 from proxy.surfaces.shape import PATHS, SPEAKS, Surface, shape, surface_named
 
 if TYPE_CHECKING:
@@ -69,17 +70,17 @@ async def surface_call(proxy: _Proxy, call: Call, route: str) -> Outgoing:
     config = call.state.config
     exchange = proxy.begin(call)
     identity = proxy.identify(call, exchange)
-    limits = config.limits
-    body = parse_body(
-        await read_body(call.headers, call.stream(), limits.max_body_bytes), limits.max_json_containers
-    )
+    body = await read_request(call, "input" if surface == "responses" else "messages")
     names = proxy._route(call, body, exchange)
     check_speaks(config, surface, names)
     exchange.stream = body.get("stream") is True
     if config.log_bodies:
         exchange.body = body
-    memo = call.state.views
-    shaped = await shape(surface, call.state.pipeline, body, identity, names[0], memo)
+    memo = call.state.views.for_tenant(identity.tenant)  # tenants never share a memo entry
+    pipeline = call.state.pipeline
+    shaped = await counted_off_loop(
+        lambda: shape(surface, pipeline, body, identity, names[0], memo), body, proxy.tokens
+    )
     if memo.max_messages:
         proxy.metrics.observe_memo(surface, shaped.reused, shaped.converted, memo.held)
     exchange.result = shaped.result.without_messages()
@@ -111,7 +112,11 @@ async def previewed(
 ) -> tuple[dict[str, Any], PipelineResult]:
     """The preview of a body of any surface (``?api=chat|responses|messages``, or detected)."""
     surface = surface_named(_query_api(call.query), body)
-    shaped = await shape(surface, call.state.pipeline, body, identity, upstream)
+    check_speaks(call.state.config, surface, [upstream])
+    pipeline = call.state.pipeline
+    shaped = await counted_off_loop(
+        lambda: shape(surface, pipeline, body, identity, upstream), body, pipeline.tokens
+    )
     return shaped.body, shaped.result
 
 

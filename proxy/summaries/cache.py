@@ -1,7 +1,8 @@
 """Summaries written once per span and shared: a caching, single-flight ``Summarizer``.
 
 :class:`CachingSummarizer` wraps the real summarizer (``Upstreams.summarize``). A summary is stored
-under the sha256 of exactly what it summarizes (annotations stripped) plus the model and the prompt,
+under the sha256 of exactly what it summarizes (annotations stripped) plus the tenant, the model and
+the prompt (tenants never share a summary: a hit would tell one tenant what another sent),
 so a growing conversation finds the same text again until its summarized span advances. Looking one
 up goes, in order, through:
 
@@ -25,19 +26,26 @@ import json
 import time
 
 from proxy.core.messages import Message, strip_annotations
+from proxy.core.summary_input import summary_messages
 from proxy.errors import ProxyError, UpstreamTimeoutError
 from proxy.filters.base import Summarizer
 from proxy.summaries.store import MemoryBackend, SummaryBackend, SummaryRecorder, Unrecorded
 
-KEY_VERSION = 1
+KEY_VERSION = 2
 """Part of every cache key: bump it when what a key stands for changes."""
 LOCK_MARGIN_S = 1.0
 
 
-def summary_key(messages: list[Message], *, model: str, prompt: str) -> str:
-    """The cache key of a summary: sha256 of canonical JSON of the messages, model and prompt."""
+def summary_key(messages: list[Message], *, model: str, prompt: str, tenant: str | None = None) -> str:
+    """The cache key of a summary: sha256 of canonical JSON of the tenant, messages, model and prompt."""
     canonical = json.dumps(
-        {"v": KEY_VERSION, "model": model, "prompt": prompt, "messages": strip_annotations(messages)},
+        {
+            "v": KEY_VERSION,
+            "tenant": tenant,
+            "model": model,
+            "prompt": prompt,
+            "messages": strip_annotations(messages),
+        },
         sort_keys=True,
         separators=(",", ":"),
         ensure_ascii=False,
@@ -66,8 +74,25 @@ class CachingSummarizer:
     async def summarize(
         self, messages: list[Message], *, model: str, upstream: str | None, prompt: str, timeout_s: float
     ) -> str:
-        """The cached summary of ``messages``, or the one being written, or a new one."""
-        key = summary_key(messages, model=model, prompt=prompt)
+        """The cached summary of ``messages`` (no tenant), or the one being written, or a new one."""
+        return await self.summarize_for(
+            None, messages, model=model, upstream=upstream, prompt=prompt, timeout_s=timeout_s
+        )
+
+    async def summarize_for(
+        self,
+        tenant: str | None,
+        messages: list[Message],
+        *,
+        model: str,
+        upstream: str | None,
+        prompt: str,
+        timeout_s: float,
+    ) -> str:
+        """The cached summary of ``tenant``'s ``messages`` (as :func:`summary_messages` writes them):
+        tenants never share an entry, in memory or in Redis."""
+        messages = summary_messages(messages)
+        key = summary_key(messages, model=model, prompt=prompt, tenant=tenant)
         cached = self.backend.cached(key)
         if cached is not None:
             self.recorder.summary_cache_hit("memory")

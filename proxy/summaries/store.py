@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
+import sys
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -104,12 +105,15 @@ class SummaryBackend(Protocol):
 
 
 class MemoryBackend:
-    """A bounded LRU of summaries in this process (the default backend)."""
+    """A bounded LRU of summaries in this process (the default backend), in entries and in bytes."""
 
     name = "memory"
 
-    def __init__(self, max_entries: int = 1024) -> None:
+    def __init__(self, max_entries: int = 1024, max_bytes: int = 16 * 1024 * 1024) -> None:
         self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.held_bytes = 0
+        """What the kept summaries and their keys hold now (string sizes)."""
         self._entries: OrderedDict[str, str] = OrderedDict()
 
     def __len__(self) -> int:
@@ -122,11 +126,18 @@ class MemoryBackend:
         return summary
 
     def remember(self, key: str, summary: str) -> None:
-        """Keep ``summary``, forgetting the least recently used one beyond ``max_entries``."""
+        """Keep ``summary``, forgetting the least recently used ones beyond ``max_entries`` or ``max_bytes``."""
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self.held_bytes -= _entry_bytes(key, old)
+        size = _entry_bytes(key, summary)
+        if size > self.max_bytes:
+            return
         self._entries[key] = summary
-        self._entries.move_to_end(key)
-        while len(self._entries) > self.max_entries:
-            self._entries.popitem(last=False)
+        self.held_bytes += size
+        while len(self._entries) > self.max_entries or self.held_bytes > self.max_bytes:
+            dropped, text = self._entries.popitem(last=False)
+            self.held_bytes -= _entry_bytes(dropped, text)
 
     async def fetch(self, key: str) -> str | None:
         return None
@@ -154,6 +165,7 @@ class RedisBackend:
         url: str,
         *,
         max_entries: int = 1024,
+        max_bytes: int = 16 * 1024 * 1024,
         key_prefix: str = "history-proxy:",
         ttl_s: int | None = None,
         timeout_s: float = 0.5,
@@ -161,7 +173,7 @@ class RedisBackend:
         max_retry_after_s: float = 30.0,
         recorder: SummaryRecorder | None = None,
     ) -> None:
-        self.local = MemoryBackend(max_entries)
+        self.local = MemoryBackend(max_entries, max_bytes)
         self.key_prefix = key_prefix
         self.ttl_s = ttl_s
         self.retry_after_s = retry_after_s
@@ -254,9 +266,21 @@ def summary_backend(config: SummaryCacheConfig, recorder: SummaryRecorder | None
         return RedisBackend(
             config.url.get_secret_value(),
             max_entries=config.max_entries,
+            max_bytes=config.max_bytes,
             key_prefix=config.key_prefix,
             ttl_s=config.ttl_s,
             timeout_s=config.timeout_s,
             recorder=recorder,
         )
-    return MemoryBackend(config.max_entries)
+    return MemoryBackend(config.max_entries, config.max_bytes)
+
+
+def _entry_bytes(key: str, summary: str) -> int:
+    return sys.getsizeof(key) + sys.getsizeof(summary)
+
+
+def memory_of(backend: SummaryBackend) -> MemoryBackend:
+    """The memory LRU of a backend (the backend itself, or the one in front of Redis)."""
+    if isinstance(backend, RedisBackend):
+        return backend.local
+    return backend if isinstance(backend, MemoryBackend) else MemoryBackend(0, 1024)

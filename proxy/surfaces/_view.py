@@ -21,10 +21,11 @@ import orjson
 
 from proxy.core.identity import Identity
 from proxy.core.messages import ANNOTATION_KEYS, Message, text_of
+from proxy.core.summary_input import NATIVE_PART, PLACEHOLDER_URL, VIEW_REF
 from proxy.core.tokens import TokenCounter
 from proxy.pipeline.run import Pipeline, PipelineResult
 
-REF = "history_ref"
+REF = VIEW_REF
 """The view message's key holding the index of its native unit."""
 
 TEXT_TYPES = frozenset({"text", "input_text", "output_text"})
@@ -123,7 +124,7 @@ def view_part(part: Any) -> Any:
     if kind in TEXT_TYPES and isinstance(part.get("text"), str):
         return {"type": "text", "text": part["text"]}
     if kind in IMAGE_TYPES:
-        return {"type": "image_url", "image_url": {"url": "native"}}
+        return {"type": "image_url", "image_url": {"url": PLACEHOLDER_URL}, NATIVE_PART: part}
     return {"type": str(kind)}
 
 

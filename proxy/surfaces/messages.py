@@ -10,20 +10,26 @@ The view (SPEC section 7):
   are one user message after them (a turn boundary) when one of them is text; images, documents and
   other blocks of a message without text travel with its tool results.
 
+Never stricter than the upstream: a message of any other role (a mid-conversation ``system``
+message, beta ``mid-conversation-system-2026-04-07``, or a role this adapter does not know) is
+**pinned**: it is not in the view, so no filter can drop, merge or edit it or take it for a turn
+boundary, and it is written back verbatim, in place (before the first kept message that followed
+it). Unknown block types and fields travel inside their message untouched. The few requests the
+adapter cannot read at all are refused with Anthropic's own wording for that mistake.
+
 Written back, the request stays valid for the Messages API: messages a filter emptied are left
-out, system messages a filter made are appended to ``system`` (the API has no system role in
-``messages``), and when the kept history would start with an assistant message, a short user
-message saying that earlier messages were left out opens it.
+out, system messages a filter made are appended to ``system``, and when the kept history would
+start with something other than a user message (and did not before), a short user message saying
+that earlier messages were left out opens it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NoReturn, cast
+from typing import Any, cast
 
 from proxy.core.messages import ANNOTATION_KEYS, Message, text_of
 from proxy.core.tokens import TOKENS_PER_MESSAGE, TokenCounter, approximate_length
-from proxy.errors import InvalidRequestError
 from proxy.surfaces._view import (
     REF,
     Unit,
@@ -37,36 +43,11 @@ from proxy.surfaces._view import (
 )
 from proxy.surfaces.marks import UNMARKABLE, marks_in
 from proxy.surfaces.memo import Remembered, ViewMemo, conversation_key, matched
+from proxy.surfaces.messages_check import fault as _fault
+from proxy.surfaces.messages_pinned import omitted_at, with_pinned
 
 SURFACE = "messages"
 OMITTED = "(earlier messages were left out by history-proxy)"
-
-
-def message_list(body: dict[str, Any]) -> list[dict[str, Any]]:
-    """The ``messages`` list, checked: 400s naming the first field at fault."""
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise InvalidRequestError("'messages' must be a non-empty list of message objects", param="messages")
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
-            raise InvalidRequestError(
-                f"messages[{i}].role must be 'user' or 'assistant'", param=f"messages[{i}].role"
-            )
-        content = message.get("content")
-        if not isinstance(content, str) and not (
-            isinstance(content, list) and all(isinstance(block, dict) for block in content)
-        ):
-            raise InvalidRequestError(
-                f"messages[{i}].content must be a string or a list of content blocks",
-                param=f"messages[{i}].content",
-            )
-    return messages
-
-
-def _fault(body: dict[str, Any]) -> NoReturn:
-    """The 400 naming the first message at fault (``body`` has one)."""
-    message_list(body)
-    raise AssertionError("message_list found no fault")
 
 
 def _blocks(content: Any) -> list[dict[str, Any]]:
@@ -74,7 +55,8 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
 
 
 def to_view(body: dict[str, Any], counter: TokenCounter | None = None, memo: ViewMemo | None = None) -> View:
-    """The request as chat messages for the chain (``messages`` checked as :func:`message_list` does).
+    """The request as chat messages for the chain (``messages`` checked as
+    :func:`proxy.surfaces.messages_check.message_list` does).
 
     Each view message is counted by the chat recipe as it is built, with ``counter``'s strings (an
     approximate counter of its own when none is given), so the pipeline does not walk it again. With
@@ -123,7 +105,7 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None, memo: Vie
                     )
                     continue
         if role != "user" and role != "assistant":
-            _fault(body)
+            continue  # pinned: not in the view, written back in place (see the module's docstring)
         if content.__class__ is not list:
             if not isinstance(content, str | list):
                 _fault(body)
@@ -221,6 +203,7 @@ def rebuild(body: dict[str, Any], view: View, sent: Sequence[Message]) -> dict[s
     if unchanged(view, sent):
         return body
     out: list[dict[str, Any] | None] = []
+    origins: list[int] = []  # each ``out`` entry's native position (-1: a message a filter made)
     placed: set[int] = set()  # native positions of one view message, written already
     pieces: dict[int, dict[int, Message]] = {}  # native position (of several view messages) -> ref -> kept
     slots: dict[int, int] = {}  # native position (of several view messages) -> its place in ``out``
@@ -235,6 +218,7 @@ def rebuild(body: dict[str, Any], view: View, sent: Sequence[Message]) -> dict[s
                 extra_system.append(text)
             elif text and message.get("role") in ("user", "assistant"):
                 out.append({"role": message["role"], "content": [{"type": "text", "text": text}]})
+                origins.append(-1)
             continue
         index = units[ref].index
         if index < 0:  # the system unit
@@ -249,6 +233,7 @@ def rebuild(body: dict[str, Any], view: View, sent: Sequence[Message]) -> dict[s
             if message is originals[ref]:
                 if content:  # an empty one is left out
                     out.append(native if ANNOTATION_KEYS.isdisjoint(native) else without_annotations(native))
+                    origins.append(index)
                 continue
             new = message.get("content")
             if new.__class__ is str and new and content.__class__ is list and len(content) == 1:
@@ -261,24 +246,32 @@ def rebuild(body: dict[str, Any], view: View, sent: Sequence[Message]) -> dict[s
                             {**without_annotations(native), "content": [{**block, "content": new}]},
                         )
                     out.append(done[1])
+                    origins.append(index)
                     continue
             pieces[index] = {ref: message}
             slots[index] = len(out)
             out.append(None)
+            origins.append(index)
             continue
         kept = pieces.get(index)
         if kept is None:
             kept = pieces[index] = {}
             slots[index] = len(out)
             out.append(None)
+            origins.append(index)
         kept[ref] = message
     for index, kept in pieces.items():
         out[slots[index]] = _native(natives[index], view, range(spans[index], spans[index + 1]), kept)
     if pieces:  # a rewritten native may have come out empty (or not at all): left out
-        out = [native for native in out if native is not None and native.get("content") not in ([], "")]
+        kept_at = [
+            n for n, native in enumerate(out) if native is not None and native.get("content") not in ([], "")
+        ]
+        out, origins = [out[n] for n in kept_at], [origins[n] for n in kept_at]
     written = cast(list[dict[str, Any]], out)  # every placeholder filled or dropped
-    if written and written[0].get("role") != "user":
-        written.insert(0, {"role": "user", "content": OMITTED})
+    written, origins = with_pinned(natives, spans, written, origins)
+    at = omitted_at(natives, written, origins)
+    if at is not None:
+        written.insert(at, {"role": "user", "content": OMITTED})
     rebuilt = {**body, "messages": written}
     system = _system(body.get("system"), view, system_kept, extra_system)
     if system is None:

@@ -10,7 +10,16 @@ The view (SPEC section 7):
   server-side tool items (``web_search_call`` and the like, without output: opaque, they move with
   their step). ``reasoning`` opens the step that follows it;
 - every ``*_output`` item is a tool message answering its call;
-- ``compaction``, ``item_reference`` and unknown items are opaque assistant messages: kept or dropped.
+- ``compaction``, ``item_reference``, untyped items and message items of a role the chat API does
+  not know are opaque assistant messages (:data:`proxy.core.messages.OPAQUE`): kept or dropped whole;
+- the **leading instructions**: ``instructions``, the developer/system message items before the
+  first other item, tool declarations (``additional_tools`` items, Codex's form) and any opaque or
+  unknown item among them are leading system messages, so every view keeps them (an opaque one as a
+  ``developer`` message sent whole). A tool declaration later in the input is an opaque
+  ``developer`` message too.
+
+Never stricter than the upstream: an item type, role, content part or field the adapter does not
+know is forwarded unchanged, in place; its only 400s name ``input`` items in OpenAI's words.
 
 Written back: unchanged view messages give their items verbatim; a step whose calls a filter removed
 loses those call items, and a ``reasoning`` item is kept only while the item right after it in its
@@ -22,17 +31,25 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
-from proxy.core.messages import ANNOTATION_KEYS, KNOWN_ROLES, Message, text_of
+from proxy.core.messages import (
+    ANNOTATION_KEYS,
+    KNOWN_ROLES,
+    OPAQUE,
+    SYSTEM_ROLES,
+    Message,
+    leading_system_count,
+    text_of,
+)
 from proxy.core.tokens import TOKENS_PER_MESSAGE, TokenCounter, approximate_length
-from proxy.errors import InvalidRequestError
+from proxy.core.validation import check_annotations
 from proxy.surfaces._view import (
     REF,
     Unit,
     View,
     annotations_of,
-    compact_json,
     counted_content,
     ref_of,
     unchanged,
@@ -40,73 +57,37 @@ from proxy.surfaces._view import (
     written_back,
 )
 from proxy.surfaces.memo import Remembered, ViewMemo, conversation_key, matched
+from proxy.surfaces.responses_items import (
+    DECLARATION,
+    PROVIDER_STATE,
+    STEP_KINDS,
+    TOOL_CALLS,
+    TOOL_DECLARATIONS,
+    answered_calls,
+    input_items,
+    item_type,
+    opaque_alone,
+    output_call_id,
+    output_follows,
+    provider_state,
+    view_call,
+    with_declarations,
+)
+
+__all__ = [
+    "PROVIDER_STATE",
+    "SURFACE",
+    "input_items",
+    "item_type",
+    "output_call_id",
+    "provider_state",
+    "rebuild",
+    "to_view",
+]
 
 SURFACE = "responses"
-TOOL_CALLS = frozenset({"function_call", "custom_tool_call"})
-"""Call items that are always client-side tool calls."""
-OPAQUE_ALONE = frozenset({"compaction", "item_reference"})
-PROVIDER_STATE = ("previous_response_id", "conversation")
-
-
-def item_type(item: dict[str, Any]) -> str:
-    """An input item's type (an untyped item with a ``role`` is a message)."""
-    kind = item.get("type")
-    if isinstance(kind, str):
-        return kind
-    return "message" if "role" in item else ""
-
-
-def output_call_id(item: dict[str, Any]) -> str | None:
-    """The call an ``*_output`` item answers (``local_shell_call_output`` names it ``id``)."""
-    value = item.get("call_id", item.get("id"))
-    return value if isinstance(value, str) else None
-
-
-def provider_state(body: dict[str, Any]) -> str | None:
-    """``previous_response_id`` or ``conversation`` when the history lives at the provider."""
-    for key in PROVIDER_STATE:
-        if body.get(key) not in (None, ""):
-            return key
-    return None
-
-
-def input_items(body: dict[str, Any], start: int = 0) -> tuple[list[dict[str, Any]], list[str]]:
-    """The ``input`` list, checked (a 400 naming the first item that is not an object), and its item
-    types (from item ``start`` on: the items before it were checked before)."""
-    items = body.get("input")
-    if isinstance(items, str):
-        return [], []
-    if not isinstance(items, list):
-        raise InvalidRequestError("'input' must be a string or a list of input items", param="input")
-    kinds: list[str] = []
-    for i, item in enumerate(items[start:], start):
-        if item.__class__ is not dict:
-            raise InvalidRequestError(f"input[{i}] must be an object", param=f"input[{i}]")
-        kind = item.get("type")
-        if kind.__class__ is not str:
-            kind = "message" if "role" in item else ""
-        if kind == "message" and item.get("role").__class__ is not str:
-            raise InvalidRequestError(f"input[{i}].role must be a string", param=f"input[{i}].role")
-        kinds.append(kind)
-    return items, kinds
-
-
-def _call(item: dict[str, Any], kind: str) -> dict[str, Any]:
-    name = item.get("name")
-    if name.__class__ is not str:
-        name = kind
-    if kind == "function_call":
-        arguments = item.get("arguments")
-    elif kind == "custom_tool_call":
-        arguments = item.get("input")
-    else:
-        arguments = compact_json(item.get("action", {}))
-    call_id = item.get("call_id", "")
-    return {
-        "id": call_id if call_id.__class__ is str else str(call_id),
-        "type": "function",
-        "function": {"name": name, "arguments": arguments if arguments.__class__ is str else ""},
-    }
+ORDINARY = frozenset({*TOOL_CALLS, "reasoning", "function_call_output", "custom_tool_call_output"})
+"""Item kinds that are never alone (:func:`opaque_alone` says no to them)."""
 
 
 class _Step:
@@ -179,25 +160,46 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None, memo: Vie
         step = None
 
     out, units, counts, spans = view.messages, view.units, view.counts, view.spans
+    leading = leading_system_count(out) == len(out)  # no other item yet: instructions go on
     for i, item in enumerate(items[start:], start):
         kind = kinds[i - start]
-        if kind == "message" and item.get("role") != "assistant":
+        role = item.get("role")
+        # the common kinds decided inline (this runs for every item)
+        alone = (
+            role not in base
+            if kind == "message"
+            else kind not in ORDINARY and opaque_alone(kind, role, leading)
+        )
+        if alone:
+            close()
+            spans.append(len(units))
+            label = f"({kind or 'item'})"
+            opaque_role = "developer" if leading or kind in TOOL_DECLARATIONS else "assistant"
+            view.add(
+                {"role": opaque_role, "content": label, OPAQUE: True},
+                Unit(DECLARATION if kind in TOOL_DECLARATIONS else "opaque", i, opaque=True),
+                base[opaque_role] + count(label),
+            )
+            continue
+        if leading:
+            leading = kind == "message" and role in SYSTEM_ROLES
+        if kind == "message" and role != "assistant":
             if step is not None:
                 close()
             spans.append(len(units))
-            role = item["role"]
             content = item.get("content")
             if isinstance(content, str | list):
                 content, tokens = counted_content(content, counter)
             else:
                 content, tokens = None, 0
             message = {"role": role, "content": content, REF: len(units)}
-            plain = role in base and ANNOTATION_KEYS.isdisjoint(item)
+            plain = ANNOTATION_KEYS.isdisjoint(item)  # the role is known: opaque_alone took the others
             if not plain:
+                check_annotations(item, f"input[{i}]")
                 message.update(annotations_of(item))
             units.append(Unit("message", i))
             out.append(message)
-            counts.append(base[role] + tokens if plain else None)
+            counts.append(base[str(role)] + tokens if plain else None)
         elif kind.endswith("_output"):
             if step is not None:
                 close()
@@ -216,22 +218,23 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None, memo: Vie
             out.append({"role": "tool", "tool_call_id": call_id, "content": content, REF: len(units)})
             units.append(Unit("output", i))
             counts.append(base["tool"] + (known(call_id) or count(call_id)) + tokens)
-        elif kind in OPAQUE_ALONE or not kind:
-            close()
-            spans.append(len(units))
-            opaque = f"({kind or 'item'})"
-            view.add(
-                {"role": "assistant", "content": opaque},
-                Unit("opaque", i, opaque=True),
-                base["assistant"] + count(opaque),
-            )
         else:  # assistant-side: a text message, reasoning, a call, a server-side tool item
             is_call = kind in TOOL_CALLS
             if not is_call and kind.endswith("_call"):
                 if answered is None:
-                    answered = _answered(items, input_items(body)[1])
+                    answered = answered_calls(items, input_items(body)[1])
                     server_call = i
                 is_call = item.get("call_id") in answered
+            if (
+                step is None
+                and not is_call
+                and kind not in STEP_KINDS
+                and units[-1].kind == "output"
+                and output_follows(kinds, i - start)
+            ):
+                units[-1] = replace(units[-1], items=(*units[-1].items, i))  # rides with the output before it
+                spans.append(-1)
+                continue
             opens = step is None or (
                 (kind == "reasoning" or kind == "message") and (step.text_item is not None or step.calls)
             )
@@ -245,7 +248,7 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None, memo: Vie
             if kind == "message":
                 step.text_item = i
             elif is_call:
-                step.calls.append(_call(item, kind))
+                step.calls.append(view_call(item, kind))
     open_step = step is not None  # a later request's next item may still belong to it
     close()
     spans.append(-1 if open_step else len(units))
@@ -264,14 +267,6 @@ def _resume_at(remembered: Remembered, items: list[Any]) -> int:
     return at
 
 
-def _answered(items: list[dict[str, Any]], kinds: list[str]) -> set[str]:
-    return {
-        call_id
-        for item, kind in zip(items, kinds, strict=True)
-        if kind.endswith("_output") and (call_id := output_call_id(item)) is not None
-    }
-
-
 def rebuild(body: dict[str, Any], view: View, sent: Sequence[Message]) -> dict[str, Any]:
     """The native request for the view messages the chain kept (``sent``, in order)."""
     raw = body.get("input")
@@ -284,6 +279,7 @@ def rebuild(body: dict[str, Any], view: View, sent: Sequence[Message]) -> dict[s
         return {**body, "input": new_input} if new_input is not raw else body
     if unchanged(view, sent):
         return body
+    sent = with_declarations(view, sent)
     items = body["input"]  # checked by to_view
     out: list[Any] = []
     units, originals = view.units, view.messages
@@ -298,6 +294,7 @@ def rebuild(body: dict[str, Any], view: View, sent: Sequence[Message]) -> dict[s
         if message is before and unit.index >= 0:  # an unchanged item: as it came
             item = items[unit.index]
             out.append(item if ANNOTATION_KEYS.isdisjoint(item) else without_annotations(item))
+            out.extend(without_annotations(items[i]) for i in unit.items)  # an output's riders
         elif message is before and unit.kind == "step":
             out.extend(
                 item if ANNOTATION_KEYS.isdisjoint(item) else without_annotations(item)
@@ -325,6 +322,7 @@ def rebuild(body: dict[str, Any], view: View, sent: Sequence[Message]) -> dict[s
                 )
                 item = {**item, "output": output}
             out.append(without_annotations(item))
+            out.extend(without_annotations(items[i]) for i in unit.items)
         else:
             out.extend(_step_items(items, unit, before, message))
     return {**body, "input": out}

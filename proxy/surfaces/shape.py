@@ -16,6 +16,8 @@ from proxy.surfaces import messages, responses
 from proxy.surfaces._view import REF, Shaped, run_view, unfiltered
 from proxy.surfaces.marks import place_marks
 from proxy.surfaces.memo import ViewMemo
+from proxy.surfaces.messages_valid import valid_for_messages
+from proxy.surfaces.provider_held import provider_held
 
 Surface = Literal["chat", "responses", "messages"]
 SURFACES: tuple[Surface, ...] = ("chat", "responses", "messages")
@@ -31,6 +33,9 @@ ANTHROPIC_BLOCKS = (
     "server_tool_use",
 )
 """A tuple, not a set: a hostile block ``type`` may be unhashable."""
+
+NOTHING_TO_SHAPE = "messages:no_user_or_assistant_message"
+"""The note of a Messages request whose messages are all pinned (forwarded unfiltered)."""
 
 SPEAKS: dict[str, frozenset[Surface]] = {
     "openai": frozenset({"chat", "responses"}),
@@ -100,7 +105,10 @@ async def shape(
         raise InvalidRequestError("the request body must be a JSON object")
     model = body.get("model")
     if model is not None and not isinstance(model, str):
-        raise InvalidRequestError("'model' must be a string", param="model")
+        wording = (
+            "model: Input should be a valid string" if surface == "messages" else "'model' must be a string"
+        )
+        raise InvalidRequestError(wording, param="model")  # Anthropic's words on its surface
     model = model or ""
     if memo is not None and memo.max_messages == 0:
         memo = None
@@ -111,9 +119,9 @@ async def shape(
         view = responses.to_view(body, pipeline.tokens.get(model=model), memo)
         state = responses.provider_state(body)
         if state is not None:
-            return unfiltered(pipeline, body, view, model, identity, surface, state)
-        if not view.messages:
-            raise InvalidRequestError("'input' must hold at least one item", param="input")
+            return provider_held(pipeline, body, view, model, identity, upstream, state)
+        if not view.messages:  # no history to shape (an empty or absent input): the upstream judges
+            return unfiltered(pipeline, body, view, model, identity, surface, "no_input")
         return await run_view(
             pipeline,
             view,
@@ -124,8 +132,18 @@ async def shape(
             surface,
         )
     view = messages.to_view(body, pipeline.tokens.get(model=model), memo)
+    if not view.messages:  # only pinned messages: nothing a chain may shape, forwarded as it came
+        shaped = unfiltered(pipeline, body, view, model, identity, surface, "")
+        shaped.result.report["notes"][-1] = NOTHING_TO_SHAPE
+        return shaped
     shaped = await run_view(
-        pipeline, view, model, identity, upstream, lambda sent: messages.rebuild(body, view, sent), surface
+        pipeline,
+        view,
+        model,
+        identity,
+        upstream,
+        lambda sent: valid_for_messages(body, messages.rebuild(body, view, sent)),
+        surface,
     )
     slot = pipeline.config.cache_control
     target = pipeline.config.upstreams.get(upstream or "")

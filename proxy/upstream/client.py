@@ -7,8 +7,9 @@ What a client sees for each outcome of :meth:`Upstreams.open` and :meth:`Upstrea
     429, 502, 503 before any byte was sent    retried (Retry-After honoured up to a cap) when the
                                               upstream's ``status_retries`` says the proxy retries, then
                                               fallbacks, then the last answer passed through (with its
-                                              Retry-After); with ``client`` (or ``auto`` and an SDK that
-                                              says it retries) not retried here: fallbacks, then passed back
+                                              Retry-After); with ``client`` (or ``auto`` and a client that
+                                              retries on its own, :mod:`.retrying_clients`) not retried
+                                              here: fallbacks, then passed back
     read timeout before the headers           504 UpstreamTimeoutError (not retried: the upstream may
                                               already be working on it)
     reset / protocol error before headers     502 UpstreamUnavailableError (not retried, same reason: a
@@ -35,7 +36,7 @@ import time
 import urllib.parse
 from collections.abc import AsyncIterable, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -51,13 +52,12 @@ from proxy.upstream.headers import (
 )
 from proxy.upstream.pools import ClientPool
 from proxy.upstream.reply import UpstreamReply, transport_error
-from proxy.upstream.transport import Address, Timeouts, TLSVerificationError
+from proxy.upstream.retrying_clients import client_retries
+from proxy.upstream.transport import Address, Answer, Timeouts, TLSVerificationError
 
 log = logging.getLogger("history_proxy.upstream")
 
 RETRY_STATUSES = frozenset({429, 502, 503})
-SDK_RETRY_HEADER = "x-stainless-retry-count"
-"""Sent by the OpenAI and Anthropic SDKs, which retry 429 and 5xx answers themselves."""
 PARSED_URLS = 1024
 _DOT_SEGMENT = re.compile(r"(?:^|/)\.\.?(?:/|$)")
 
@@ -66,11 +66,20 @@ Body = bytes | Callable[[str], Awaitable[bytes]] | AsyncIterable[bytes] | None
 a one-shot stream (never retried), or nothing."""
 
 
-def _client_retries(setting: str, headers: Sequence[tuple[str, str]]) -> bool:
-    """Whether a 429/502/503 is left to the client: ``client``, or ``auto`` and an SDK that retries."""
-    if setting == "auto":
-        return any(name.lower() == SDK_RETRY_HEADER for name, _ in headers)
-    return setting == "client"
+WireHeaders = list[tuple[bytes, bytes]]
+
+
+class AttemptTrace(Protocol):
+    """What :meth:`Upstreams.open` tells a request's trace (:mod:`proxy.observability.spans`)."""
+
+    def attempt(self, upstream: str, number: int, headers: WireHeaders, content: bytes | None) -> WireHeaders:
+        """An attempt starts: the headers to send (the trace context of this attempt in them)."""
+
+    def attempted(self, status: int | None, error: BaseException | None) -> None:
+        """The attempt ended: the answer's status once its headers arrived, or what was raised."""
+
+    def replied(self, reply: UpstreamReply) -> None:
+        """The answer relayed to the client (the last attempt's)."""
 
 
 def retry_after_s(headers: httpx.Headers) -> float | None:
@@ -194,11 +203,13 @@ class Upstreams:
         headers: Sequence[tuple[str, str]],
         names: Sequence[str],
         body: Body,
+        trace: AttemptTrace | None = None,
     ) -> UpstreamReply:
         """Send to the first of ``names`` that answers, retrying before any byte reaches the client.
 
         ``names`` is the route: the primary upstream, then its fallbacks. Returns once response
-        headers arrived; raises 502/504 ``ProxyError``s when no upstream could be reached.
+        headers arrived; raises 502/504 ``ProxyError``s when no upstream could be reached. ``trace``
+        (the request's, when telemetry is on) hears of every attempt and sets its trace context.
         """
         replayable = not isinstance(body, AsyncIterable)
         candidates = list(names) if replayable else list(names[:1])
@@ -222,7 +233,11 @@ class Upstreams:
                 attempts += 1
                 started = time.perf_counter()
                 try:
-                    answer = await self._pool.exchange(address, method, outgoing, content, prepared.timeouts)
+                    answer = await (
+                        self._pool.exchange(address, method, outgoing, content, prepared.timeouts)
+                        if trace is None
+                        else self._traced(trace, (name, attempts), address, method, outgoing, content)
+                    )
                 except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                     # nothing reached the upstream: safe to try again
                     waited += time.perf_counter() - started
@@ -247,11 +262,11 @@ class Upstreams:
                         self._retry_wait(httpx.Headers(answer.raw_headers), attempt)
                         if retryable
                         and attempt < tries - 1
-                        and not _client_retries(upstream.status_retries, headers)
+                        and not client_retries(upstream.status_retries, headers)
                         else None
                     )
                     if not retryable or (delay is None and index == len(candidates) - 1):
-                        return UpstreamReply(name, answer, attempts, waited * 1000)
+                        return _replied(trace, UpstreamReply(name, answer, attempts, waited * 1000))
                     await answer.aclose()
                     log.info("upstream %s answered %d (attempt %d)", name, answer.status_code, attempt + 1)
                 if delay is None:
@@ -260,6 +275,26 @@ class Upstreams:
                 waited += delay
         # the last upstream either answered (returned above) or could not be reached
         raise failure or UpstreamUnavailableError("no upstream could be reached")
+
+    async def _traced(
+        self,
+        trace: AttemptTrace,
+        attempt: tuple[str, int],
+        address: Address,
+        method: str,
+        headers: WireHeaders,
+        content: Any,
+    ) -> Answer:
+        """One attempt told to ``trace``: ``attempt`` is the upstream's name and the attempt's number."""
+        timeouts = self._prepare().timeouts
+        sent = trace.attempt(*attempt, headers, content if isinstance(content, bytes) else None)
+        try:
+            answer = await self._pool.exchange(address, method, sent, content, timeouts)
+        except BaseException as exc:
+            trace.attempted(None, exc)
+            raise
+        trace.attempted(answer.status_code, None)
+        return answer
 
     def _backoff(self, attempt: int) -> float:
         return float(min(self.backoff_s * 2**attempt, self.max_retry_wait_s) * random.uniform(0.5, 1.0))
@@ -316,6 +351,12 @@ class _Prepared:
     """Each upstream's own Authorization header, as sent (None: the client's may be forwarded)."""
     withheld: dict[str, frozenset[str]]
     """Each upstream's client headers kept at the proxy (the identity headers, unless forwarded)."""
+
+
+def _replied(trace: AttemptTrace | None, reply: UpstreamReply) -> UpstreamReply:
+    if trace is not None:
+        trace.replied(reply)
+    return reply
 
 
 def _first_choice_text(answer: Any) -> str:

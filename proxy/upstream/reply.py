@@ -8,6 +8,7 @@ without its proper end, so the client can tell. Transport errors become the prox
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 import anyio
 import httpx
 
+from proxy.core.answer import AnswerFacts
 from proxy.core.usage import CacheUsage, UsageTap, usage_of_json
 from proxy.errors import ProxyError, UpstreamTimeoutError, UpstreamUnavailableError
 from proxy.upstream.headers import decode_headers, response_headers
@@ -67,6 +69,7 @@ class UpstreamReply:
     an in-band error event."""
     usage: CacheUsage | None = field(default=None, init=False)
     """The input and prompt-cache tokens the answer reported (JSON body or the stream's usage event)."""
+    _facts: AnswerFacts | None = field(default=None, init=False, repr=False)
     _decoded: list[tuple[str, str]] | None = field(default=None, init=False, repr=False)
     _body: bytes | None = field(default=None, init=False, repr=False)
 
@@ -83,6 +86,15 @@ class UpstreamReply:
         if self._decoded is None:
             self._decoded = decode_headers(self.response.raw_headers)
         return ", ".join([value for key, value in self._decoded if key == name])
+
+    def answer_facts(self) -> AnswerFacts | None:
+        """The answer's id, model, finish reasons and output tokens once relayed (a whole body is read
+        for them now, on demand: only a recorded span asks)."""
+        if self._facts is None and self._body is not None and self.ok:
+            facts = self._facts = AnswerFacts()
+            with contextlib.suppress(ValueError):
+                facts.read(json.loads(self._body))
+        return self._facts
 
     @property
     def cut_off(self) -> bool:
@@ -164,7 +176,7 @@ class UpstreamReply:
                     tap.feed(piece)
             self.complete = True
             if tap is not None:
-                self.usage = tap.close()
+                self.usage, self._facts = tap.close(), tap.facts
         except httpx.HTTPError as exc:
             self.broken = True
             error = transport_error(self.upstream, exc, mid_stream=True)

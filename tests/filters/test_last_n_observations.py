@@ -13,14 +13,16 @@ from pydantic import ValidationError
 
 from proxy.config.loading import ConfigError, load_config, parse_config
 from proxy.core.cost import ANTHROPIC, Pricing
+from proxy.core.evidence import DISTINCTIVE, message_text
 from proxy.core.invariants import invariant_errors
 from proxy.core.messages import Message, text_of
 from proxy.core.tokens import TokenCounters
 from proxy.devtools.replay import request_ends
 from proxy.filters._cost_trigger import request_points
+from proxy.filters._facts import FactsMemo
 from proxy.filters.base import FilterContext
 from proxy.filters.last_n_observations import LastNObservations, NoticeMemo, line_count, observation_positions
-from tests.factories import action, assistant, corpus_body, corpus_files, exchange, result, system, user
+from tests.factories import action, assistant, call, corpus_body, corpus_files, exchange, result, system, user
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -471,3 +473,162 @@ def test_every_replica_agrees_the_answer_depends_on_the_request_alone() -> None:
         == run(list(messages))
         == cost_filter().apply(messages, FilterContext(tokens=TokenCounters(), pricing=ANTHROPIC))
     )
+
+
+# --- notice: facts: an elided output's notice keeps its distinctive tokens (issue 23) ----------------
+
+
+def facts_filter(n: int = 1, **extra: Any) -> LastNObservations:
+    return LastNObservations(type="last_n_observations", n=n, notice="facts", **extra)
+
+
+def run_facts(messages: list[Message], n: int = 1, **extra: Any) -> list[Message]:
+    return facts_filter(n, **extra).apply(messages, FilterContext(tokens=TokenCounters(), pricing=ANTHROPIC))
+
+
+def read(path: str, output: str) -> list[Message]:
+    act = action(call("read_file", {"path": path}))
+    return [act, result(act, output)]
+
+
+LISTING = (
+    "src/app/models.py\nsrc/app/views.py\n  class Reservation: id = 44172, owner = customer_9931\n"
+    + "  ...\n" * 30
+)
+
+
+def test_the_notice_lists_the_outputs_new_facts_in_the_order_they_appear() -> None:
+    messages = [system(), user("fix Reservation"), *read("src", LISTING), *exchange("bash", "ok")]
+    out = run_facts(messages)
+    assert out[3]["content"] == (
+        "Old environment output: (33 lines omitted; facts: src/app/models.py src/app/views.py 44172 customer_9931)"
+    )  # `Reservation` is in the task and `src` in the call: already in the request, not repeated
+
+
+def test_a_fact_an_earlier_output_holds_is_kept_by_that_outputs_notice_only() -> None:
+    messages = [
+        system(),
+        user("go"),
+        *read("a", LISTING),
+        *read("b", LISTING + "extra_token_here"),
+        *exchange(),
+    ]
+    out = run_facts(messages)
+    assert out[5]["content"] == "Old environment output: (34 lines omitted; facts: extra_token_here)"
+    assert "customer_9931" in out[3]["content"]
+
+
+def test_every_distinctive_token_of_the_history_stays_in_the_request() -> None:
+    for path in corpus_files():
+        messages = corpus_body(path.name)["messages"]
+        out = run_facts(messages)
+        sent = " ".join(message_text(m) for m in out)
+        missing = {t for m in messages for t in DISTINCTIVE.findall(message_text(m)) if t not in sent}
+        assert missing == set(), path.name
+
+
+def test_an_output_no_longer_than_its_notice_stays_as_it_is() -> None:
+    messages = [system(), user("go"), *read("a", "ok 4417"), *exchange("bash", "x\n" * 400), *exchange()]
+    out = run_facts(messages)
+    assert out[3] is messages[3]
+    assert out[5]["content"].startswith("Old environment output: (400 lines omitted")
+
+
+def test_list_content_keeps_its_facts_and_counts_its_images() -> None:
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    act = action(call("screenshot"))
+    shot = {**result(act), "content": [{"type": "text", "text": "window title_bar_9921\nok"}, image]}
+    out = run_facts([system(), user("look"), act, shot, *exchange()])
+    assert out[3]["content"] == [
+        {
+            "type": "text",
+            "text": "Old environment output: (2 lines omitted; facts: window title_bar_9921) (1 images omitted)",
+        }
+    ]
+
+
+def test_an_old_outputs_notice_is_the_same_on_every_later_request() -> None:
+    messages = corpus_body("tau-bench-airline-task2-trial1.json")["messages"]
+    first_seen: dict[int, Any] = {}
+    for end in request_ends(messages):
+        out = run_facts(messages[:end], n=2, trigger="cost")
+        assert not invariant_errors(out)
+        for i in observation_positions(messages[:end]):
+            if out[i] is not messages[i]:
+                assert first_seen.setdefault(i, out[i]["content"]) == out[i]["content"]
+    assert first_seen
+
+
+def test_the_cost_trigger_counts_the_facts_it_keeps() -> None:
+    # outputs that are nothing but distinct ids: a notice keeping them saves next to nothing
+    def ids(k: int) -> str:
+        return "\n".join(f"reservation_{k:03d}_{j:05d}" for j in range(400))
+
+    messages = [system(), user("list them")]
+    for k in range(12):
+        messages += read(f"page{k}", ids(k))
+    lines = LastNObservations(type="last_n_observations", n=2, trigger="cost")
+    ctx = FilterContext(tokens=TokenCounters(), pricing=ANTHROPIC)
+    assert lines.apply(messages, ctx) != messages  # eliding to a line count pays
+    assert run_facts(messages, n=2, trigger="cost") == messages  # keeping every id does not
+
+
+def test_the_facts_memo_holds_at_most_its_entries_and_characters() -> None:
+    memo = FactsMemo(max_entries=2, max_chars=100)
+    for text in ("alpha_one", "beta_two", "gamma_three"):
+        assert memo.tokens(text) == (text,)
+    assert len(memo._tokens) == 2 and "alpha_one" not in memo._tokens
+    memo.tokens("x" * 200)  # too long to hold: answered, not kept
+    assert "x" * 200 not in memo._tokens
+
+
+# --- keep_quoted: an old output the agent's newest steps quote stays whole (issue 23) -----------------
+
+
+def quoting_history(quote: str, after: int = 1) -> list[Message]:
+    """Large outputs (eliding pays from the 9th on here), the first holding a fact that the step before
+    the last quotes."""
+    messages = [system(), user("fix it")]
+    messages += read("src/app.py", "def handle_request_4417():\n" + "x " * 3000)
+    for k in range(6):
+        messages += read(f"page{k}.txt", f"page {k}\n" + "y " * 3000)
+    act = action(call("edit", {"target": quote}))
+    messages += [act, result(act, "edited\n" + "z " * 3000)]
+    for k in range(after):
+        messages += read(f"more{k}.txt", f"more {k}\n" + "w " * 3000)
+    return messages
+
+
+def test_an_old_output_one_of_the_newest_steps_quotes_stays_whole_and_the_others_are_elided() -> None:
+    messages = quoting_history("handle_request_4417")
+    out = run_facts(messages, n=2, trigger="cost", keep_quoted=2)
+    assert out[3] is messages[3]  # read(src/app.py): the edit, one of the 2 newest steps, quotes it
+    assert out[5]["content"].startswith("Old environment output:")
+    plain = run_facts(messages, n=2, trigger="cost")
+    assert plain[3]["content"].startswith("Old environment output:")
+    assert elided_count(messages, out) == 6  # every other output but the newest 2
+    # with keep_quoted 1 the newest step alone counts, and it quotes nothing of it
+    newest_only = run_facts(messages, n=2, trigger="cost", keep_quoted=1)
+    assert newest_only[3]["content"].startswith("Old environment output:")
+
+
+def test_a_kept_output_stays_whole_on_every_later_request() -> None:
+    messages = quoting_history("handle_request_4417", after=8)  # later steps quote nothing of it
+    kept_from = None
+    for end in request_ends(messages):
+        out = run_facts(messages[:end], n=2, trigger="cost", keep_quoted=2)
+        if kept_from is None and elided_count(messages[:end], out) > 0:
+            kept_from = end
+        if kept_from is not None:
+            assert out[3] is messages[3], end
+    assert kept_from is not None
+
+
+def test_an_output_nobody_quotes_is_elided_as_without_keep_quoted() -> None:
+    messages = quoting_history("nothing_it_holds")
+    assert run_facts(messages, n=2, trigger="cost", keep_quoted=2) == run_facts(messages, n=2, trigger="cost")
+
+
+def test_keep_quoted_needs_the_cost_trigger() -> None:
+    with pytest.raises(ValidationError, match="needs trigger: cost"):
+        LastNObservations(type="last_n_observations", n=2, keep_quoted=1)

@@ -1,0 +1,53 @@
+"""The figures of the token report, before and after the chain (messages, tokens, tokens by role).
+
+Split from :mod:`proxy.pipeline.run`, which decides what is sent; this module only counts what it is
+handed, through the request's :class:`~proxy.core.tokens.TokenCounter`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from proxy.core.messages import Message
+from proxy.core.tokens import TokenCounter
+from proxy.core.validation import check_messages
+
+
+def by_role(messages: Sequence[Message], counts: Sequence[int]) -> dict[str, int]:
+    """Tokens per role (a role that is not a string is reported by its text)."""
+    by_role: dict[str, int] = {}
+    for message, tokens in zip(messages, counts, strict=True):
+        role = message.get("role")
+        if role.__class__ is not str:
+            role = str(role)
+        by_role[role] = by_role.get(role, 0) + tokens
+    return by_role
+
+
+def side(counter: TokenCounter, messages: Sequence[Message]) -> dict[str, Any]:
+    """One side of the report (before or after the chain): messages, tokens, tokens by role."""
+    return side_of(messages, by_role(messages, counter.each(messages)))
+
+
+def side_of(messages: Sequence[Message], by_role: dict[str, int]) -> dict[str, Any]:
+    """One side of the report from counts already taken (3 more tokens for the reply priming)."""
+    return {"messages": len(messages), "tokens": sum(by_role.values()) + 3, "tokens_by_role": by_role}
+
+
+def checked_side(
+    counter: TokenCounter, messages: list[Any], counted: list[int | None] | None
+) -> dict[str, Any]:
+    """:func:`request_messages`' checks of every message and the tokens before the chain, in one walk.
+
+    The messages of the plain shape are checked and counted together (:meth:`TokenCounter.each_plain`,
+    or ``counted`` by the caller); the others are checked in full, in order, and counted the usual way.
+    """
+    if counted is None or len(counted) != len(messages):
+        counts = counter.each_plain(messages)
+    else:
+        counts = counter.remember(messages, counted)
+    if None in counts:
+        check_messages(messages, counts)
+        return side(counter, messages)
+    return side_of(messages, by_role(messages, counts))  # type: ignore[arg-type]

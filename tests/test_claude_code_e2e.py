@@ -1,0 +1,195 @@
+"""The real Claude Code CLI through ``history-proxy serve`` on the worker role, in a loopback-only namespace.
+
+``claude -p`` (the pinned npm release, installed once into ``.npm-clients/``, gitignored) runs a
+two-call tool loop -- it reads a file with its ``Read`` tool, then answers -- against the proxy, whose
+upstream is the scripted Anthropic recorder (``tests/corpus/recording/anthropic_recorder.py``). The
+CLI, the proxy and the recorder run inside ``unshare -n`` with only ``lo`` up, so nothing can reach
+any other address (tests/clients/claude_code_netns.py). The test checks that the turn completed and
+what the upstream received: ``?beta=true`` and the ``anthropic-beta`` values, the system blocks and
+every tool, the mid-conversation ``system`` message in place, the thinking block passed back, the
+cache marks within the limit of 4 and in Anthropic's TTL order. Skips, with the reason, when npm
+cannot install the CLI or the machine cannot make a network namespace.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+CLAUDE_CODE_VERSION = "2.1.332"
+"""The Claude Code release the tests run (npm ``@anthropic-ai/claude-code``)."""
+NPM_CLIENTS = Path(os.environ.get("HISTORY_PROXY_NPM_CLIENTS", REPO / ".npm-clients"))
+DRIVER = REPO / "tests" / "clients" / "claude_code_netns.py"
+SECRET = "The secret word is PINEAPPLE-4242."
+INSTALL_TIMEOUT_S = 600
+
+pytestmark = pytest.mark.timeout(INSTALL_TIMEOUT_S + 300)  # the first run installs the CLI (~400 MB)
+
+
+def claude_binary() -> Path:
+    """The pinned CLI, installed once into the cache directory (skips when npm cannot get it)."""
+    prefix = NPM_CLIENTS / f"claude-code-{CLAUDE_CODE_VERSION}"
+    binary = prefix / "node_modules" / ".bin" / "claude"
+    if binary.exists():
+        return binary
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip("npm is not installed: cannot install the Claude Code CLI (.ci/run installs it)")
+    prefix.mkdir(parents=True, exist_ok=True)
+    try:
+        done = subprocess.run(
+            [npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "--loglevel=error",
+             f"@anthropic-ai/claude-code@{CLAUDE_CODE_VERSION}"],
+            capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        pytest.skip(f"npm install of @anthropic-ai/claude-code took over {INSTALL_TIMEOUT_S} s")
+    if done.returncode != 0 or not binary.exists():
+        shutil.rmtree(prefix, ignore_errors=True)
+        pytest.skip(
+            f"npm could not install @anthropic-ai/claude-code@{CLAUDE_CODE_VERSION}: {done.stderr[-400:]}"
+        )
+    return binary
+
+
+def netns_command() -> list[str]:
+    """``unshare -n`` (as root) or ``unshare -rn`` (a user namespace) when it works here; skips if neither."""
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        pytest.skip("unshare or ip is not installed (util-linux, iproute2; .ci/run installs them)")
+    errors = []
+    for command in (["unshare", "-n"], ["unshare", "-rn"]):
+        probe = subprocess.run(
+            [*command, "ip", "link", "set", "lo", "up"], capture_output=True, text=True, check=False
+        )
+        if probe.returncode == 0:
+            return command
+        errors.append(probe.stderr.strip()[:200])
+    pytest.skip(f"cannot make a loopback-only network namespace here: {errors}")
+
+
+def worker_config(ttl: str | None = "1h") -> str:
+    """The default config's chains, its upstream the recorder (an Anthropic upstream with cache marks)."""
+    config = yaml.safe_load((REPO / "config" / "default.yaml").read_text(encoding="utf-8"))
+    config["upstreams"] = {"claude": {"base_url": "UPSTREAM", "api": "anthropic", "cache_control": True}}
+    config["routes"] = []
+    config["cache_control"] = {"last_n_messages": 2, **({"ttl": ttl} if ttl else {})}
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+def run_claude(
+    tmp_path: Path, runs: list[tuple[list[str], str]], **spec: Any
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The CLI's runs (exit code, stdout, stderr) and the upstream's requests, all inside the namespace."""
+    netns = netns_command()
+    binary = claude_binary()
+    (tmp_path / "note.txt").write_text(SECRET + "\n", encoding="utf-8")
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(
+        json.dumps(
+            {"claude": str(binary), "work": str(tmp_path), "config": worker_config(), "runs": runs, **spec}
+        ),
+        encoding="utf-8",
+    )
+    done = subprocess.run(
+        [*netns, sys.executable, str(DRIVER), str(spec_file)],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
+    upstream = tmp_path / "upstream.jsonl"
+    lines = upstream.read_text(encoding="utf-8").splitlines() if upstream.exists() else []
+    return results, [json.loads(line) for line in lines]
+
+
+def access_lines(work: Path) -> list[dict[str, Any]]:
+    """The proxy's access lines (one per client request) from the run in ``work``."""
+    lines = (work / "proxy.log").read_text(encoding="utf-8").splitlines()
+    records = [json.loads(line) for line in lines if line.startswith("{")]
+    return [r for r in records if r.get("logger") == "history_proxy.access"]
+
+
+def ttl_order_holds(body: dict[str, Any]) -> bool:
+    """Anthropic's rule: no breakpoint with a longer TTL after one with a shorter TTL (tools, system, messages)."""
+    seconds: list[int] = []
+
+    def walk(items: Any) -> None:
+        for item in items if isinstance(items, list) else []:
+            if isinstance(item, dict):
+                mark = item.get("cache_control")
+                if mark:
+                    seconds.append(3600 if mark.get("ttl") == "1h" else 300)
+                walk(item.get("content"))
+
+    walk(body.get("tools"))
+    walk(body.get("system"))
+    walk(body.get("messages"))
+    return all(a >= b for a, b in itertools.pairwise(seconds)) and len(seconds) <= 4
+
+
+def test_claude_code_runs_a_tool_loop_through_the_worker_role(tmp_path: Path) -> None:
+    results, seen = run_claude(
+        tmp_path,
+        [
+            (
+                ["--allowedTools", "Read"],
+                f"Read the file FILE:{tmp_path}/note.txt and tell me the secret word.",
+            ),
+            (["--continue"], "Thanks. Now say goodbye."),
+        ],
+    )
+    first, second = results
+    assert first["returncode"] == 0, first["stderr"][-1000:]
+    assert f"DONE: {SECRET}" in first["stdout"]  # the tool loop completed: Read ran, its result came back
+    assert second["returncode"] == 0, second["stderr"][-1000:]
+    calls = [r for r in seen if r["path"] == "/v1/messages"]
+    loop = [r["body"] for r in calls if r["body"].get("tools")]
+    assert len(loop) >= 3, [r["path"] for r in seen]  # tool_use, final answer, the second turn
+    for record in calls:
+        assert record["query"] == "beta=true"
+        betas = record["headers"]["anthropic-beta"].split(",")
+        assert "claude-code-20250219" in betas and len(betas) >= 4  # every value passed through
+        assert "x-agent-role" not in record["headers"]  # identity stays at the proxy
+    for body in loop:
+        assert body["thinking"]["type"] == "adaptive" and "context_management" in body
+        assert len(body["system"]) == len(loop[0]["system"]) >= 2
+        assert "Read" in [tool["name"] for tool in body["tools"]] and body["tools"] == loop[0]["tools"]
+        roles = [m["role"] for m in body["messages"]]
+        assert "system" in roles  # Claude Code's mid-conversation system message, kept
+        assert ttl_order_holds(body), json.dumps(body)[:3000]
+    first_call, answer_call = loop[0], loop[1]
+    assert [m["role"] for m in first_call["messages"]][:2] == ["user", "system"]  # in place
+    assert "FILE:" in json.dumps(first_call["messages"][0])  # the task
+    kinds = [
+        b.get("type") for m in answer_call["messages"] for b in m["content"] if isinstance(m["content"], list)
+    ]
+    assert "thinking" in kinds and "tool_use" in kinds and "tool_result" in kinds  # the agent's own work
+    assert SECRET in json.dumps(answer_call["messages"])
+    last = loop[-1]
+    assert "say goodbye" in json.dumps(last["messages"][-1])  # the second turn's task
+    assert [m["role"] for m in last["messages"]][:2] == ["user", "system"]  # still in place
+    shaped = [line for line in access_lines(tmp_path) if line["path"] == "/v1/messages"]
+    assert len(shaped) == len(calls) and all(line["role"] == "worker" for line in shaped)
+    chain = ["remove_regex", "worker_view", "last_n_observations", "token_limiter"]  # config/default.yaml
+    assert all([f["type"] for f in line["filters"]] == chain for line in shaped)
+
+
+def test_a_429_costs_no_more_upstream_calls_than_claude_codes_own_tries(tmp_path: Path) -> None:
+    results, seen = run_claude(tmp_path, [([], "Say hello.")], fail_first=2)
+    assert results[0]["returncode"] == 0, results[0]["stderr"][-1000:]
+    calls = [r for r in seen if r["path"] == "/v1/messages"]
+    assert len(calls) == 3  # two refused, one answered
+    # Claude Code retries in its own loop (every try says x-stainless-retry-count: 0): the proxy's access
+    # line of each of its tries must show one upstream attempt, no retry of the proxy's stacked on it
+    tries = [line for line in access_lines(tmp_path) if line["path"] == "/v1/messages"]
+    assert [line["status"] for line in tries] == [429, 429, 200]
+    assert [line["attempts"] for line in tries] == [1, 1, 1]

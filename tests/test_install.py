@@ -1,0 +1,132 @@
+"""Installable anywhere: a wheel built from this tree, installed in a fresh venv outside the clone,
+serves the README's quick start on all three APIs with `history-proxy serve` and no flags.
+
+Builds the wheel from a copy of the files a build reads (so the clone gets no build/ directory), then
+`pip install`s it with its pinned dependencies from the package index (pip's cache is reused); skips
+with pip's reason when the index cannot be reached.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import anthropic
+import openai
+import pytest
+
+from tests.test_end_to_end import Server, free_port, offline_env
+from tests.test_frameworks_e2e import NETWORK_ERRORS
+
+REPO = Path(__file__).resolve().parents[1]
+BUILD_FILES = ("pyproject.toml", "README.md", "LICENSE", "proxy", "config/default.yaml")
+PIP_TIMEOUT_S = 600
+
+pytestmark = pytest.mark.timeout(PIP_TIMEOUT_S + 120)
+
+
+def pip(python: Path | str, *args: str) -> None:
+    """Run pip; skip the test when the package index is unreachable, fail on any other error."""
+    command = [str(python), "-m", "pip", "--disable-pip-version-check", "-q", *args]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        pytest.skip(f"pip {args[0]} took over {PIP_TIMEOUT_S}s (package index unreachable?)")
+    out = done.stdout + done.stderr
+    if done.returncode != 0 and any(error in out for error in NETWORK_ERRORS):
+        pytest.skip(f"pip cannot reach the package index: {out.strip().splitlines()[-1][:300]}")
+    assert done.returncode == 0, f"pip {' '.join(args)} failed:\n{out[-3000:]}"
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ``bin`` directory of a fresh venv holding only the wheel and its dependencies."""
+    root = tmp_path_factory.mktemp("install")
+    source = root / "source"
+    for name in BUILD_FILES:
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        copy = shutil.copytree if (REPO / name).is_dir() else shutil.copy2
+        copy(REPO / name, source / name, **({"symlinks": True} if (REPO / name).is_dir() else {}))  # type: ignore[operator]
+    pip(sys.executable, "wheel", "--no-deps", "-w", str(root / "dist"), str(source))
+    (wheel,) = (root / "dist").glob("history_proxy-*.whl")
+    subprocess.run([sys.executable, "-m", "venv", str(root / "venv")], check=True, timeout=120)
+    pip(root / "venv" / "bin" / "python", "install", str(wheel))
+    return root / "venv" / "bin"
+
+
+@pytest.fixture(scope="module")
+def served(installed: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """`history-proxy serve` with no flags (but the port), from an empty directory: no config anywhere."""
+    empty = tmp_path_factory.mktemp("anywhere")
+    port = free_port()
+    log = empty.parent / "serve.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [str(installed / "history-proxy"), "serve", "--port", str(port)],
+            cwd=empty,
+            env=offline_env(),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+    server = Server(process, port, log)
+    try:
+        server.wait_ready("/healthz")
+        yield server
+    finally:
+        server.stop()
+
+
+def test_the_installed_package_serves_with_its_packaged_default_config(served: Server) -> None:
+    assert "config " in served.output() and "default.yaml" in served.output()
+    assert "site-packages" in served.output(), "the packaged config, not the clone's"
+
+
+def test_the_quick_start_answers_on_chat_completions(served: Server) -> None:
+    client = openai.OpenAI(
+        base_url=f"{served.url}/v1", api_key="unused", default_headers={"X-Agent-Role": "worker"}
+    )
+    reply = client.chat.completions.create(
+        model="gpt-4o-mini", messages=[{"role": "user", "content": "Hello"}]
+    )
+    assert (
+        reply.choices[0].message.content
+        == 'mock: received 1 messages (user=1), ~3 tokens; last user: "Hello"'
+    )
+
+
+def test_the_quick_start_answers_on_responses(served: Server) -> None:
+    client = openai.OpenAI(
+        base_url=f"{served.url}/v1", api_key="unused", default_headers={"X-Agent-Role": "worker"}
+    )
+    response = client.responses.create(model="gpt-4o-mini", instructions="Be brief.", input="Hello")
+    assert response.output_text.startswith("mock: received")
+
+
+def test_the_quick_start_answers_on_messages(served: Server) -> None:
+    client = anthropic.Anthropic(
+        base_url=served.url, api_key="unused", default_headers={"X-Agent-Role": "worker"}
+    )
+    message = client.messages.create(
+        model="claude-sonnet-4-6", max_tokens=256, messages=[{"role": "user", "content": "Hello"}]
+    )
+    assert message.content[0].text.startswith("mock: received")  # type: ignore[union-attr]
+
+
+def test_init_writes_the_packaged_config_outside_the_clone(installed: Path, tmp_path: Path) -> None:
+    done = subprocess.run(
+        [str(installed / "history-proxy"), "init"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "history-proxy.yaml").read_text(encoding="utf-8") == (
+        REPO / "config" / "default.yaml"
+    ).read_text(encoding="utf-8")
+
+
+def test_the_dockerfile_copies_what_the_wheel_build_reads_before_installing() -> None:
+    dockerfile = (REPO / "Dockerfile").read_text(encoding="utf-8")
+    before_install = dockerfile.split("pip install", 1)[0]
+    copied = " ".join(line for line in before_install.splitlines() if line.startswith("COPY "))
+    assert [name for name in BUILD_FILES if name not in copied] == []
