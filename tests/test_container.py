@@ -237,21 +237,31 @@ def test_responses_and_messages_answer_through_their_sdks(container: Container) 
         assert "mock: received" in "".join(streamed.text_stream)
 
 
-def test_sigterm_stops_the_container_cleanly(image: str) -> None:
+def test_a_mounted_config_is_served_with_two_workers_and_sigterm_stops_it_cleanly(image: str) -> None:
     port = free_port()
+    mounted = REPO / "deploy" / "kubernetes" / "base" / "config.yaml"  # the cluster's config
     started = podman(
         "run", "-d", "--read-only", "--tmpfs", "/tmp", "--network", "host",
+        "-v", f"{mounted}:/config/config.yaml:ro", "-e", "WORKERS=2",
         "-e", f"PORT={port}", "-e", "HOST=127.0.0.1", image,
     )  # fmt: skip
     container_id = started.stdout.strip()
     try:
         deadline = time.monotonic() + 60
-        while "Application startup complete" not in logs_of(container_id):
-            assert time.monotonic() < deadline
+        while logs_of(container_id).count("Application startup complete") < 2:
+            assert time.monotonic() < deadline, logs_of(container_id)[-3000:]
             time.sleep(0.2)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+        answer = client.chat.completions.with_raw_response.create(
+            model="gpt-4o",
+            messages=[{"role": "user", "content": "hello"}],
+            extra_headers={"X-Agent-Role": "worker"},
+        )
         podman("stop", "-t", "10", container_id)
         state = podman("inspect", container_id, "--format", "{{.State.ExitCode}}").stdout.strip()
         logs = logs_of(container_id)
     finally:
         podman("rm", "-f", container_id, check=False)
+    assert "(config /config/config.yaml" in logs  # not the packaged default
+    assert answer.headers["x-history-filters"] == "remove_regex,worker_view,last_n_observations,token_limiter"
     assert state == "0" and "Application shutdown complete" in logs
