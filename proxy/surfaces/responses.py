@@ -229,6 +229,7 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None, memo: Vie
                 step is None
                 and not is_call
                 and kind not in STEP_KINDS
+                and units
                 and units[-1].kind == "output"
                 and output_follows(kinds, i - start)
             ):

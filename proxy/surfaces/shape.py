@@ -14,8 +14,10 @@ from proxy.errors import InvalidRequestError
 from proxy.pipeline.run import Pipeline
 from proxy.surfaces import messages, responses
 from proxy.surfaces._view import REF, Shaped, run_view, unfiltered
+from proxy.surfaces.history_free import instructions_through_policy
 from proxy.surfaces.marks import place_marks
 from proxy.surfaces.memo import ViewMemo
+from proxy.surfaces.messages_pinned import through_policy
 from proxy.surfaces.messages_valid import valid_for_messages
 from proxy.surfaces.provider_held import provider_held
 
@@ -121,8 +123,9 @@ async def shape(
         if state is not None:
             return provider_held(pipeline, body, view, model, identity, upstream, state)
         if not view.messages:  # no history to shape (an empty or absent input): the upstream judges
-            return unfiltered(pipeline, body, view, model, identity, surface, "no_input")
-        return await run_view(
+            shaped = unfiltered(pipeline, body, view, model, identity, surface, "no_input")
+            return instructions_through_policy(pipeline, shaped, identity, model, upstream)
+        shaped = await run_view(
             pipeline,
             view,
             model,
@@ -131,11 +134,12 @@ async def shape(
             lambda sent: responses.rebuild(body, view, sent),
             surface,
         )
+        return instructions_through_policy(pipeline, shaped, identity, model, upstream)
     view = messages.to_view(body, pipeline.tokens.get(model=model), memo)
     if not view.messages:  # only pinned messages: nothing a chain may shape, forwarded as it came
         shaped = unfiltered(pipeline, body, view, model, identity, surface, "")
         shaped.result.report["notes"][-1] = NOTHING_TO_SHAPE
-        return shaped
+        return through_policy(pipeline, shaped, identity, model, upstream)
     shaped = await run_view(
         pipeline,
         view,
@@ -145,6 +149,7 @@ async def shape(
         lambda sent: valid_for_messages(body, messages.rebuild(body, view, sent)),
         surface,
     )
+    shaped = through_policy(pipeline, shaped, identity, model, upstream)  # the pinned messages' text
     slot = pipeline.config.cache_control
     target = pipeline.config.upstreams.get(upstream or "")
     if slot is not None and target is not None and target.cache_control and shaped.result.mode == "enforce":
