@@ -96,31 +96,27 @@ def messages_history(again: str) -> list[dict[str, Any]]:
 
 def send(server: Server, surface: str, again: str, request_id: str) -> httpx.Headers:
     headers = {"X-Agent-Role": "worker", "x-request-id": request_id}
-    if surface == "chat":
-        client = openai.OpenAI(
+    if surface in ("chat", "responses"):
+        with openai.OpenAI(
             base_url=f"{server.url}/v1", api_key="k", max_retries=0, default_headers=headers
-        )
-        chat = client.chat.completions.with_raw_response.create(
-            model="gpt-4o-mini",
-            messages=chat_history(again),  # type: ignore[arg-type]
-        )
-        return chat.headers
-    if surface == "responses":
-        client = openai.OpenAI(
-            base_url=f"{server.url}/v1", api_key="k", max_retries=0, default_headers=headers
-        )
-        answer = client.responses.with_raw_response.create(
-            model="gpt-4o-mini",
-            input=responses_input(again),  # type: ignore[arg-type]
-        )
-        return answer.headers
-    claude = anthropic.Anthropic(base_url=server.url, api_key="k", max_retries=0, default_headers=headers)
-    message = claude.messages.with_raw_response.create(
-        model="claude-test-model",
-        max_tokens=50,
-        messages=messages_history(again),  # type: ignore[arg-type]
-    )
-    return message.headers
+        ) as client:
+            if surface == "chat":
+                return client.chat.completions.with_raw_response.create(
+                    model="gpt-4o-mini",
+                    messages=chat_history(again),  # type: ignore[arg-type]
+                ).headers
+            return client.responses.with_raw_response.create(
+                model="gpt-4o-mini",
+                input=responses_input(again),  # type: ignore[arg-type]
+            ).headers
+    with anthropic.Anthropic(
+        base_url=server.url, api_key="k", max_retries=0, default_headers=headers
+    ) as claude:
+        return claude.messages.with_raw_response.create(
+            model="claude-test-model",
+            max_tokens=50,
+            messages=messages_history(again),  # type: ignore[arg-type]
+        ).headers
 
 
 @pytest.mark.parametrize("surface", ["chat", "responses", "messages"])

@@ -64,9 +64,8 @@ class Recorder:
         return next(r for r in reversed(self.seen) if r["path"] == path)
 
 
-@pytest.fixture(scope="module")
-def recorder() -> Iterator[tuple[Recorder, str]]:
-    app = Recorder()
+def serve_in_thread(app: Any) -> Iterator[str]:
+    """``app`` served by uvicorn in a thread on a free loopback port; yields its ``/v1`` URL."""
     port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
@@ -75,9 +74,18 @@ def recorder() -> Iterator[tuple[Recorder, str]]:
     thread.start()
     while not server.started:
         time.sleep(0.02)
-    yield app, f"http://127.0.0.1:{port}/v1"
-    server.should_exit = True
-    thread.join(timeout=10)
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def recorder() -> Iterator[tuple[Recorder, str]]:
+    app = Recorder()
+    for url in serve_in_thread(app):
+        yield app, url
 
 
 @pytest.fixture(scope="module")

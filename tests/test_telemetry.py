@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from unittest import mock
 
 import anthropic
@@ -123,6 +123,23 @@ def check_chain_of_spans(
     return root
 
 
+SDKClient = TypeVar("SDKClient", openai.OpenAI, anthropic.Anthropic)
+OPEN: list[openai.OpenAI | anthropic.Anthropic] = []
+"""The SDK clients a test made, closed after it (an unclosed socket warns later, in another test)."""
+
+
+def opened(client: SDKClient) -> SDKClient:
+    OPEN.append(client)
+    return client
+
+
+@pytest.fixture(autouse=True)
+def close_clients() -> Iterator[None]:
+    yield
+    while OPEN:
+        OPEN.pop().close()
+
+
 @dataclass
 class Rig:
     """The proxy under test, the collector it exports to and the upstream recorder behind it."""
@@ -132,7 +149,7 @@ class Rig:
     recorder: Recorder
 
     def openai(self) -> openai.OpenAI:
-        return openai.OpenAI(base_url=f"{self.proxy.url}/v1", api_key=CLIENT_KEY, max_retries=0)
+        return opened(openai.OpenAI(base_url=f"{self.proxy.url}/v1", api_key=CLIENT_KEY, max_retries=0))
 
     def root(self, span: Any, path: str) -> ReceivedSpan:
         """The proxy's span under the client's ``span``, checked on to the upstream that got ``path``."""
@@ -244,7 +261,7 @@ def test_responses_call_is_a_span_with_the_conversation_it_names(rig: Rig) -> No
 
 def test_messages_call_streamed_is_a_span_with_anthropics_figures(rig: Rig) -> None:
     span, headers = client_span()
-    client = anthropic.Anthropic(base_url=rig.proxy.url, api_key=CLIENT_KEY, max_retries=0)
+    client = opened(anthropic.Anthropic(base_url=rig.proxy.url, api_key=CLIENT_KEY, max_retries=0))
     with client.messages.stream(
         model="claude-test-model",
         max_tokens=100,
@@ -311,7 +328,7 @@ def test_no_message_text_and_no_key_in_any_exported_span(rig: Rig) -> None:
     said = [{"role": "user", "content": f"remember {SECRET_TEXT}"}]
     rig.openai().chat.completions.create(model="gpt-4o-mini", messages=said, extra_headers=headers)
     rig.openai().responses.create(model="gpt-4o-mini", input=SECRET_TEXT, extra_headers=headers)
-    client = anthropic.Anthropic(base_url=rig.proxy.url, api_key=CLIENT_KEY, max_retries=0)
+    client = opened(anthropic.Anthropic(base_url=rig.proxy.url, api_key=CLIENT_KEY, max_retries=0))
     client.messages.create(model="claude-x", max_tokens=9, messages=said, extra_headers=headers)
     span.end()
     spans = rig.receiver.wait_for(lambda s: s.trace_id == root_trace(span) and s.name.startswith("chat"))
@@ -402,7 +419,7 @@ def test_message_text_is_exported_only_when_asked_and_after_the_global_chain(
   global: [{{type: remove_regex, remove: ["{SECRET_TEXT}"]}}]"""
     for server in serve(tmp_path, recorder[1], telemetry, strip):
         span, headers = client_span()
-        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=CLIENT_KEY, max_retries=0)
+        client = opened(openai.OpenAI(base_url=f"{server.url}/v1", api_key=CLIENT_KEY, max_retries=0))
         client.chat.completions.create(
             model="gpt-4o-mini",
             messages=[
@@ -435,7 +452,7 @@ def test_a_dead_collector_costs_dropped_spans_counted_in_metrics(
     small_queue = {"OTEL_BSP_MAX_QUEUE_SIZE": "4", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "2"}
     with mock.patch.dict(os.environ, small_queue):
         for server in serve(tmp_path, recorder[1], f'{{enabled: true, endpoint: "{dead}"}}'):
-            client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=CLIENT_KEY, max_retries=0)
+            client = opened(openai.OpenAI(base_url=f"{server.url}/v1", api_key=CLIENT_KEY, max_retries=0))
             for _ in range(6):  # 3 spans each: the first batch waits on the dead collector, the queue fills
                 answer = client.chat.completions.create(
                     model="gpt-4o-mini", messages=[{"role": "user", "content": "x"}]
@@ -456,7 +473,7 @@ def test_sample_ratio_zero_records_only_what_the_client_sampled(
     receiver = Receiver().start()
     telemetry = f'{{enabled: true, endpoint: "{receiver.endpoint}", sample_ratio: 0}}'
     for server in serve(tmp_path, recorder[1], telemetry):
-        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=CLIENT_KEY, max_retries=0)
+        client = opened(openai.OpenAI(base_url=f"{server.url}/v1", api_key=CLIENT_KEY, max_retries=0))
         said: Any = [{"role": "user", "content": "x"}]
         client.chat.completions.create(model="gpt-4o-mini", messages=said)
         _, unsampled, _, flags = recorder[0].last("/v1/chat/completions")["headers"]["traceparent"].split("-")
@@ -475,7 +492,7 @@ def test_telemetry_off_by_default_leaves_the_clients_traceparent_alone(
 ) -> None:
     for server in serve(tmp_path, recorder[1], "{}"):
         _, headers = client_span()
-        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=CLIENT_KEY, max_retries=0)
+        client = opened(openai.OpenAI(base_url=f"{server.url}/v1", api_key=CLIENT_KEY, max_retries=0))
         client.chat.completions.create(
             model="gpt-4o-mini", messages=[{"role": "user", "content": "x"}], extra_headers=headers
         )

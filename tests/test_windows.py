@@ -64,7 +64,9 @@ def test_a_share_of_an_unknown_model_uses_the_default_window_and_says_so() -> No
     assert report["limit"]["limit"] == DEFAULT_WINDOW // 2
     assert "window:unknown-model" in report["notes"]
     report = run("50%", {"model": "my-local-model", "messages": long_conversation()}, {"my-*": 10_000})
-    assert report["limit"]["limit"] == 5000 and "notes" not in report
+    # the window is known now (a repeated identical call may still be noted as a re-fetch)
+    assert report["limit"]["limit"] == 5000
+    assert not [note for note in report.get("notes", []) if note.startswith("window:")]
 
 
 @pytest.mark.parametrize("limit", ["120%", "0%", "eighty percent", 0])

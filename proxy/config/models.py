@@ -25,6 +25,7 @@ from proxy.config.locate import CONFIG_ENV as CONFIG_ENV  # re-exported: where i
 from proxy.config.locate import packaged_config
 from proxy.config.policies import PoliciesConfig, PolicyMode
 from proxy.config.pricing import PresetName, PricingConfig, default_pricing
+from proxy.config.quotas import RateLimits, redis_url_or_none
 from proxy.config.strict import StrictModel
 from proxy.config.summaries import SummaryCacheConfig
 from proxy.config.telemetry import TelemetryConfig
@@ -172,6 +173,18 @@ class LimitsConfig(StrictModel):
     max_connections: int | None = Field(default=None, ge=1)
     """Open client connections per process beyond this are answered ``503`` and closed at once
     (none: three quarters of the process's open-file limit, ``ulimit -n``)."""
+    per_tenant: RateLimits = Field(default_factory=RateLimits)
+    """Requests and tokens a minute for each tenant (by proxy key)."""
+    per_role: dict[str, RateLimits] = Field(default_factory=dict)
+    """Requests and tokens a minute for each tenant's callers of a role (``X-Agent-Role``)."""
+    redis_url: SecretStr | None = None
+    """Redis shared by every replica and worker for the per-tenant and per-role limits (none: each
+    process counts alone, so N processes admit N times the limits)."""
+    lease_s: float = Field(default=10, ge=1, le=600)
+    """A shared concurrency slot lives this long unless its process renews it (every third of it), so a
+    killed replica's slots come back after at most this."""
+
+    _redis_url = field_validator("redis_url")(redis_url_or_none)
 
 
 class CacheControlSlot(CacheControl):

@@ -11,13 +11,19 @@ from proxy.core.invariants import empty_assistant_errors
 from proxy.core.messages import Message, map_text
 from proxy.filters.base import Filter, FilterContext
 
+PLACEHOLDER = "(removed by history-proxy)"
+"""The text an assistant message keeps when removing its matches would leave it empty (the words of
+the Messages adapter's ``REMOVED``)."""
+
 
 class RemoveRegex(Filter):
     """Delete every match of each pattern (``re.DOTALL``, in order) from the text of every message
     except the newest ``keep_last``.
 
     Only text is touched: a string content, or the text parts of a list content. An assistant
-    message that would be left with neither text nor tool calls keeps its content unchanged.
+    message that would be left with neither text nor tool calls has :data:`PLACEHOLDER` in place of
+    each text its matches emptied, so the text is still removed and the message keeps content
+    (invariant 3).
 
     ```yaml
     global: [{type: remove_regex, remove: ["<diff>.*</diff>"], keep_last: 2}]
@@ -64,6 +70,11 @@ class RemoveRegex(Filter):
                 continue
             changed = {**message, "content": new_content}
             if empty_assistant_errors([changed]) and not empty_assistant_errors([message]):
-                continue
+                changed["content"] = map_text(content, self._placeheld)
             result[i] = changed
         return result
+
+    def _placeheld(self, text: str) -> str:
+        """``text`` cleaned, or :data:`PLACEHOLDER` when cleaning leaves a non-blank text blank."""
+        cleaned = self.cleaned(text)
+        return PLACEHOLDER if text.strip() and not cleaned.strip() else cleaned

@@ -6,8 +6,9 @@
   scope (``state["serving"]``, read once as ``Call.state``), so a config reload while it runs never
   changes it half-way (see :mod:`proxy.server.reload`);
 - admits it or answers ``429`` with ``Retry-After`` at once when ``limits.max_concurrent`` requests
-  under ``/v1/`` are already in flight, or ``limits.max_concurrent_per_tenant`` of its proxy key's
-  tenant (the admin, health and metrics routes are never refused);
+  under ``/v1/`` are already in flight in this process, or its tenant or role is at one of its limits
+  (``max_concurrent_per_tenant``, ``per_tenant``, ``per_role``: :mod:`proxy.server.admission`, shared
+  by the fleet through ``limits.redis_url``); the admin, health and metrics routes are never refused;
 - watches the connection once the request body has been read (for requests still running after
   ``WATCH_AFTER_S``), and when the client disconnects before the answer is complete, cancels the
   request's work: the upstream request (still waiting for its first byte, or mid-stream), a filter
@@ -28,8 +29,10 @@ import anyio
 from proxy.config.models import Config
 from proxy.errors import AuthError, OverloadedError
 from proxy.observability.metrics import Exchange, request_id_for
+from proxy.server.admission import Quotas
 from proxy.server.caller import proxy_token, tenant_for_key
 from proxy.server.edge import error_answer, route_path, scope_headers
+from proxy.server.quotas import Refusal, limits_apply
 from proxy.server.reload import StateSwitch
 from proxy.surfaces.table import error_shape_of
 
@@ -166,12 +169,16 @@ class RequestGuard:
         self.proxy = proxy
         self.in_flight = 0
         """Admitted requests under ``/v1/`` not yet finished (streams included)."""
-        self.tenants_in_flight: dict[str, int] = {}
-        """The same, per tenant, while ``limits.max_concurrent_per_tenant`` is set."""
+        self.quotas = Quotas()
+        """Per-tenant slots and rates (this process's, or shared through ``limits.redis_url``)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
-            await self.app(scope, receive, send)
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                if scope["type"] == "lifespan":
+                    await self.quotas.aclose()
             return
         state = self.proxy.states.latest
         scope.setdefault("state", {})["serving"] = state
@@ -182,29 +189,19 @@ class RequestGuard:
             message = f"the proxy is already serving {limit} requests (limits.max_concurrent); retry shortly"
             await self._refuse(scope, receive, send, message)
             return
-        per_tenant = limits.max_concurrent_per_tenant
-        tenant = _tenant_of(state.config, scope) if limited and per_tenant is not None else None
-        if tenant is not None and per_tenant is not None:
-            held = self.tenants_in_flight.get(tenant, 0)
-            if held >= per_tenant:
-                message = (
-                    f"tenant {tenant!r} already has {per_tenant} requests in flight "
-                    "(limits.max_concurrent_per_tenant); retry shortly"
-                )
-                await self._refuse(scope, receive, send, message)
-                return
-            self.tenants_in_flight[tenant] = held + 1
+        ticket = None
+        if limited and limits_apply(limits):  # else no header is read for the tenant
+            ticket = await self.quotas.admit(state.config, _tenant_of(state.config, scope), scope)
+        if isinstance(ticket, Refusal):
+            await self._refuse(scope, receive, send, ticket.message, ticket.retry_after_s)
+            return
         self.in_flight += limited
         try:
             await self._run(scope, receive, send)
         finally:
             self.in_flight -= limited
-            if tenant is not None:
-                left = self.tenants_in_flight[tenant] - 1
-                if left:
-                    self.tenants_in_flight[tenant] = left
-                else:
-                    del self.tenants_in_flight[tenant]
+            if ticket is not None:
+                await self.quotas.settle(ticket, scope["state"].get("exchange"))
 
     async def _run(self, scope: Scope, receive: Receive, send: Send) -> None:
         with anyio.CancelScope() as cancel:
@@ -223,14 +220,21 @@ class RequestGuard:
             if isinstance(exchange, Exchange):
                 self.proxy.finish(exchange, CLIENT_CLOSED)
 
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send, message: str) -> None:
+    async def _refuse(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        message: str,
+        retry_after_s: int = OVERLOAD_RETRY_AFTER_S,
+    ) -> None:
         exchange = Exchange(
             request_id_for(scope_headers(scope)),
             scope.get("method", ""),
             scope.get("path", ""),
             time.perf_counter(),
         )
-        error = OverloadedError(message, retry_after_s=OVERLOAD_RETRY_AFTER_S)
+        error = OverloadedError(message, retry_after_s=retry_after_s)
         self.proxy.finish(exchange, error.status_code)
         surface = error_shape_of(route_path(scope))  # a Messages client gets Anthropic's shape
         await error_answer(error, exchange.request_id, surface)(scope, receive, send)

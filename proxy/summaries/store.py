@@ -36,6 +36,18 @@ RELEASE_SCRIPT = (
 )
 
 
+def redis_client(url: str, timeout_s: float) -> Redis:
+    """A Redis client that fails fast: no retries inside it, so an unreachable Redis costs one short
+    timeout, not several."""
+    return Redis.from_url(
+        url,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+        retry=Retry(NoBackoff(), 0),
+        decode_responses=True,
+    )
+
+
 class SummaryRecorder(Protocol):
     """Where cache outcomes and summary calls are counted (``proxy.observability.metrics.Metrics`` implements it)."""
 
@@ -168,14 +180,7 @@ class RedisBackend:
         self.max_retry_after_s = max_retry_after_s
         self.recorder: SummaryRecorder = recorder if recorder is not None else Unrecorded()
         self.where = redacted_url(url)
-        # No retries inside the client: an unreachable Redis must cost one short timeout, not several.
-        self._client: Redis = Redis.from_url(
-            url,
-            socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s,
-            retry=Retry(NoBackoff(), 0),
-            decode_responses=True,
-        )
+        self._client = redis_client(url, timeout_s)
         self._failures = 0
         self._retry_at = 0.0
         self._down_since: float | None = None

@@ -110,7 +110,8 @@ async def shape(
     if state is not None:
         return provider_held(pipeline, body, view, model, identity, upstream, state)
     if not view.messages:  # nothing a chain may shape: forwarded as it came, the upstream judges
-        return _unshaped(surface, pipeline, body, view, model, identity)
+        shaped = _unshaped(surface, pipeline, body, view, model, identity)
+        return _through_policy(surface, pipeline, shaped, identity, model, upstream)
     validate = surface.validate
     shaped = await run_view(
         pipeline,
@@ -123,9 +124,19 @@ async def shape(
         else (lambda sent: validate(body, rebuild(body, view, sent))),
         surface.name,
     )
+    shaped = _through_policy(surface, pipeline, shaped, identity, model, upstream)
     if surface.native_marks:
         _mark(pipeline, shaped, upstream, unmarked_messages=view.first_mark is None)
     return shaped
+
+
+def _through_policy(
+    surface: Surface, pipeline: Pipeline, shaped: Shaped, identity: Identity, model: str, upstream: str | None
+) -> Shaped:
+    """``shaped`` with the content the view does not carry through the history-free policy filters."""
+    if surface.through_policy is None:
+        return shaped
+    return surface.through_policy(pipeline, shaped, identity, model, upstream)
 
 
 def _unshaped(

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from proxy.core.identity import Identity
 from proxy.core.messages import Message
 from proxy.core.tokens import TokenCounter
 from proxy.errors import (
@@ -26,9 +27,12 @@ from proxy.errors import (
     messages_stream_error,
     responses_stream_error,
 )
+from proxy.pipeline.run import Pipeline
 from proxy.surfaces import messages, responses
-from proxy.surfaces._view import HISTORY_AT_PROVIDER, View
+from proxy.surfaces._view import HISTORY_AT_PROVIDER, Shaped, View
+from proxy.surfaces.history_free import instructions_through_policy
 from proxy.surfaces.memo import ViewMemo
+from proxy.surfaces.messages_pinned import through_policy
 from proxy.surfaces.messages_valid import valid_for_messages
 
 SurfaceName = Literal["chat", "responses", "messages"]
@@ -36,6 +40,7 @@ SurfaceName = Literal["chat", "responses", "messages"]
 
 ToView = Callable[[dict[str, Any], TokenCounter | None, ViewMemo | None], View]
 Rebuild = Callable[[dict[str, Any], View, Sequence[Message]], dict[str, Any]]
+ThroughPolicy = Callable[[Pipeline, Shaped, Identity, str, str | None], Shaped]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -60,6 +65,9 @@ class Surface:
     """Applied to a shaped body before it is sent (Messages: emptied blocks and messages removed)."""
     provider_state: Callable[[dict[str, Any]], str | None] | None = None
     """Why the history lives at the provider (Responses' ``previous_response_id``), if it can."""
+    through_policy: ThroughPolicy | None = None
+    """The history-free policy filters over what the view does not carry (Responses' instructions,
+    Messages' pinned messages), after the chain (:mod:`proxy.surfaces.history_free`)."""
     empty_note: str = ""
     """The note of a request whose view is empty (forwarded unfiltered, the upstream judges)."""
     native_marks: bool = False
@@ -100,6 +108,7 @@ RESPONSES = Surface(
     to_view=responses.to_view,
     rebuild=responses.rebuild,
     provider_state=responses.provider_state,
+    through_policy=instructions_through_policy,
     empty_note=f"{HISTORY_AT_PROVIDER}:no_input",  # an empty or absent input: the upstream judges
     stream_error=responses_stream_error,
 )
@@ -112,6 +121,7 @@ MESSAGES = Surface(
     to_view=messages.to_view,
     rebuild=messages.rebuild,
     validate=valid_for_messages,
+    through_policy=through_policy,
     empty_note="messages:no_user_or_assistant_message",  # only pinned messages: forwarded as they came
     native_marks=True,
     error_shape=ANTHROPIC,

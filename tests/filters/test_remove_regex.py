@@ -12,7 +12,7 @@ from proxy.config.loading import ConfigError, load_config, parse_config
 from proxy.core.invariants import invariant_errors
 from proxy.core.messages import Message
 from proxy.filters.base import FilterContext
-from proxy.filters.remove_regex import RemoveRegex
+from proxy.filters.remove_regex import PLACEHOLDER, RemoveRegex
 from tests.factories import action, assistant, corpus_body, corpus_files, exchange, system, user
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,12 +79,30 @@ def test_an_action_whose_text_becomes_empty_keeps_its_tool_calls() -> None:
     assert invariant_errors(out) == {}
 
 
-def test_an_assistant_message_that_would_be_left_empty_keeps_its_content() -> None:
-    reply = assistant("<diff>\nall of it\n</diff>")
-    messages = [user(), reply, user("next")]
-    out = strip(messages)
-    assert out[1] is reply
+def test_an_assistant_message_made_only_of_matches_keeps_a_placeholder_not_the_match() -> None:
+    secret = "sk-" + "a1B2c3D4e5" * 3
+    messages = [user(), assistant(secret), user("next")]
+    out = strip(messages, remove=["sk-[A-Za-z0-9]{20,}"])
+    assert out[1] == {"role": "assistant", "content": PLACEHOLDER}
     assert invariant_errors(out) == {}
+    assert messages[1]["content"] == secret  # the input is not edited in place
+
+
+def test_a_placeholder_replaces_each_emptied_text_part_and_leaves_the_rest() -> None:
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    parts = [{"type": "text", "text": "<diff>x</diff>", "cache_control": {"type": "ephemeral"}}, image]
+    out = strip([user(), {"role": "assistant", "content": parts}, user("next")])
+    assert out[1]["content"] == [
+        {"type": "text", "text": PLACEHOLDER, "cache_control": {"type": "ephemeral"}},
+        image,
+    ]
+    assert invariant_errors(out) == {}
+
+
+def test_an_assistant_message_keeping_some_text_gets_no_placeholder() -> None:
+    parts = [{"type": "text", "text": "<diff>x</diff>"}, {"type": "text", "text": "kept"}]
+    out = strip([user(), {"role": "assistant", "content": parts}, user("next")])
+    assert out[1]["content"] == [{"type": "text", "text": ""}, {"type": "text", "text": "kept"}]
 
 
 def test_a_user_message_may_become_empty() -> None:
