@@ -1,1 +1,2 @@
-"""The HTTP edge, the only starlette/uvicorn user: app, edge, guard, body, reload."""
+"""The HTTP edge (with the mock, the only starlette/uvicorn user): app, edge, the one handler, forwarding,
+guard, body, reload."""

@@ -6,9 +6,11 @@ client opened in the lifespan); each request carries the state it started on (``
 ``app_from_env()`` is the factory ``uvicorn --factory`` calls in each worker; it reads the config
 path from ``HISTORY_PROXY_CONFIG``.
 
-Handlers: ``POST /v1/chat/completions`` (filtered, forwarded; the edge calls it, no router),
-``POST /v1/history/preview`` (filtered, not forwarded), any other ``/v1/...`` (forwarded
-unchanged), ``GET /healthz``, ``GET /metrics``, ``POST /admin/reload``.
+Handlers: the shaped routes of the surface table (chat completions, Responses, Messages,
+``count_tokens``: the edge calls :meth:`_Proxy.handle`, no router) and ``POST /v1/history/preview``
+(shaped, not forwarded), both :mod:`proxy.server.handler`; any other ``/v1/...`` (forwarded
+unchanged), ``GET /healthz``, ``GET /metrics``, ``POST /admin/reload``. Routing, sending and
+answering are :class:`~proxy.server.forwarding.Forwarder`'s, which ``_Proxy`` is.
 """
 
 from __future__ import annotations
