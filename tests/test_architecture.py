@@ -9,6 +9,7 @@ it); no module passes 600 lines (one past 400 is warned about).
 from __future__ import annotations
 
 import ast
+import graphlib
 import sys
 import warnings
 from pathlib import Path
@@ -127,6 +128,15 @@ def test_each_module_imports_only_the_packages_below_its_own(module: str) -> Non
     own = package_of(module)
     reached = {package_of(name) for name in proxy_imports(module)} - {own}
     assert reached - ALLOWED[own] == set(), f"{module} reaches {sorted(reached - ALLOWED[own])}"
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    """No circle between modules, function-level imports included (a circle is how layers rot first)."""
+    graph = {module: proxy_imports(module) & MODULES.keys() - {module} for module in MODULES}
+    try:
+        tuple(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as exc:
+        pytest.fail(f"modules import each other in a circle: {' -> '.join(exc.args[1])}")
 
 
 @pytest.mark.parametrize(
