@@ -7,6 +7,9 @@ from collections.abc import Iterator
 import pytest
 import respx
 
+from tests.support.recorder import recorder  # noqa: F401 - the module-scoped fixture, for every module
+from tests.support.redis_server import redis_server  # noqa: F401 - the fixture, for every module
+from tests.support.scripted_server import certificate  # noqa: F401 - the fixture, for every module
 from tests.upstream_respx import PROXY_VARIABLES, UPSTREAM_MOCKER
 
 

@@ -11,38 +11,31 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 import respx
 
-from proxy.config.loading import parse_config
-from proxy.config.models import Config
-from proxy.core.messages import Message
 from proxy.observability.logs import JsonFormatter, TextFormatter, redact
-from proxy.server.app import create_app
-from tests.factories import action, result, system, user
+from tests.factories import user
+from tests.support.access_app import (
+    CLIENT_SECRET,
+    COMPLETION,
+    CONTENT,
+    MAIN,
+    PROXY_KEY,
+    UPSTREAM_KEY,
+    access_lines,
+    conversation,
+    make_config,
+    serve,
+)
 from tests.upstream_respx import UPSTREAM_MOCKER
 
 pytestmark = pytest.mark.anyio
 
-MAIN = "https://upstream.test/v1"
-UPSTREAM_KEY = "sk-upstream-PLANTED-0123456789abcdef"
-PROXY_KEY = "hp-proxy-PLANTED-fedcba9876543210"
-CLIENT_SECRET = "sk-clientPLANTED9876543210abcdefXYZ"
-CONTENT = "the launch code is swordfish"
-LONG_OUTPUT = "\n".join(f"{i}: compiling module_{i}.py ... ok" for i in range(40))
-COMPLETION = {
-    "id": "chatcmpl-1",
-    "object": "chat.completion",
-    "created": 1,
-    "model": "gpt-4o",
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": "done"}, "finish_reason": "stop"}],
-}
 FIELDS = {
     "request_id",
     "role",
@@ -70,53 +63,6 @@ def mocked() -> Iterator[respx.MockRouter]:
     with respx.mock(assert_all_called=False, using=UPSTREAM_MOCKER) as router:
         router.post(f"{MAIN}/chat/completions").mock(return_value=httpx.Response(200, json=COMPLETION))
         yield router
-
-
-def make_config(**overrides: Any) -> Config:
-    raw: dict[str, Any] = {
-        "upstreams": {"main": {"base_url": MAIN, "api_key": UPSTREAM_KEY, "retries": 0}},
-        "auth": {"keys": [{"key": PROXY_KEY, "tenant": "team-a"}]},
-        "policies": {
-            "roles": {
-                "worker": [
-                    {"type": "tool_result_truncation", "keep_recent": 1, "max_chars": 20},
-                    {"type": "token_limiter", "limit": 5000},
-                ]
-            }
-        },
-        **overrides,
-    }
-    return parse_config(raw, env={})
-
-
-@asynccontextmanager
-async def serve(config: Config) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(config)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app),
-            base_url="http://p",
-            headers={"authorization": f"Bearer {PROXY_KEY}"},
-        ) as client,
-    ):
-        yield client
-
-
-def conversation() -> list[Message]:
-    first, second = action(), action()
-    return [
-        system(),
-        user(f"{CONTENT}; my key is {CLIENT_SECRET}"),
-        first,
-        result(first, LONG_OUTPUT),
-        second,
-        result(second, "recent output"),
-    ]
-
-
-def access_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
-    return [json.loads(r.getMessage()) for r in caplog.records if r.name == "history_proxy.access"]
 
 
 async def test_each_request_writes_one_json_line_with_who_where_and_what_the_chain_did(

@@ -26,7 +26,7 @@ from proxy.mock.strict import messages_refusal
 from proxy.pipeline.run import Pipeline
 from proxy.surfaces.memo import ViewMemo
 from proxy.surfaces.shape import shape
-from tests.test_messages_never_stricter import NO_NETWORK_ROLES, default_config, in_place
+from tests.support.shaping import NO_NETWORK_ROLES, default_config, in_place
 
 FIXTURE = Path(__file__).resolve().parent / "corpus" / "messages" / "claude-code-2.1.332.json"
 

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.test_reload import serving
+from tests.support.serve_process import serving
 
 SOCKET_TIMEOUT_S = 15
 """Far beyond any answer a bounded proxy gives; a proxy that never answers fails here."""

@@ -21,8 +21,7 @@ import pytest
 
 from proxy.config.loading import load_config
 from proxy.server.app import create_app
-from tests.test_responses_leading import CHAINS, TEXT_REPLACED
-from tests.test_surfaces import run
+from tests.support.shaping import CHAINS, TEXT_REPLACED, run
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = sorted((REPO / "tests" / "corpus" / "responses").glob("codex-*.json"))

@@ -27,7 +27,7 @@ import httpx
 import openai
 import pytest
 
-from tests.test_end_to_end import REPO, free_port
+from tests.support.serve_process import REPO, free_port
 
 pytestmark = [pytest.mark.container, pytest.mark.timeout(600)]
 

@@ -27,7 +27,7 @@ import yaml
 
 from proxy.config.loading import load_config
 from proxy.server.app import create_app
-from tests.test_end_to_end import REPO, free_port, start
+from tests.support.serve_process import REPO, free_port, start
 
 DEPLOY = REPO / "deploy"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "history-proxy.json"

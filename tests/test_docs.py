@@ -25,7 +25,7 @@ import yaml
 
 from proxy.config.loading import ConfigError, parse_config
 from proxy.filters import FILTER_TYPES
-from tests.test_end_to_end import Server, offline_env, start
+from tests.support.serve_process import Server, offline_env, start
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]

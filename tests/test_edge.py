@@ -14,7 +14,7 @@ import respx
 from proxy.observability.access import fresh_request_id
 from proxy.server.app import app_from_env, create_app
 from proxy.server.gc_tuning import GC_YOUNG_THRESHOLD
-from tests.test_app import COMPLETION, MAIN, chat, make_config, serve
+from tests.support.asgi_app import COMPLETION, MAIN, chat, make_config, serve
 
 pytestmark = pytest.mark.anyio
 

@@ -2,93 +2,16 @@
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
-import httpx
 import openai
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support.serve_process import Server, start
+
 CHUNKS = 5
 CHUNK_DELAY_MS = 300
-STARTUP_TIMEOUT_S = 60
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def offline_env() -> dict[str, str]:
-    """The test's environment without any upstream key or URL, so nothing real is ever called."""
-    env = dict(os.environ)
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "HISTORY_PROXY_CONFIG"):
-        env.pop(name, None)
-    return env
-
-
-@dataclass
-class Server:
-    """A `python -m proxy ...` subprocess listening on ``port``."""
-
-    process: subprocess.Popen[bytes]
-    port: int
-    log: Path
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def output(self) -> str:
-        return self.log.read_text(encoding="utf-8", errors="replace")
-
-    def wait_ready(self, path: str) -> None:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                pytest.fail(f"server exited with {self.process.returncode} while starting:\n{self.output()}")
-            try:
-                if httpx.get(self.url + path, timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        pytest.fail(f"server not ready on {self.url}{path} after {STARTUP_TIMEOUT_S}s:\n{self.output()}")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
-
-
-def start(*args: str, log: Path, ready_path: str) -> Iterator[Server]:
-    port = free_port()
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "proxy", *args, "--port", str(port)],
-            cwd=REPO,
-            env=offline_env(),
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-        )
-    server = Server(process, port, log)
-    try:
-        server.wait_ready(ready_path)
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from proxy.errors import (
 )
 from proxy.server.app import create_app
 from proxy.server.edge import error_answer
-from tests.test_app import make_config
+from tests.support.asgi_app import make_config
 
 
 def test_the_openai_shape_carries_message_type_param_and_code() -> None:

@@ -9,7 +9,7 @@ import pytest
 from proxy.config.loading import load_config
 from proxy.config.models import DEFAULT_CONFIG_PATH, Config
 from proxy.filters import FILTER_TYPES
-from tests.test_properties import configured_filters
+from tests.support.filter_cases import configured_filters
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "config" / "examples").glob("*.yaml"))

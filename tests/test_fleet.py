@@ -28,9 +28,9 @@ import pytest
 from starlette.types import Receive, Scope, Send
 
 from proxy.mock.upstream import create_mock_app
-from tests.test_end_to_end import REPO, free_port, offline_env
-from tests.test_summaries_redis import REDIS_SERVER, RedisServer
-from tests.test_surfaces_end_to_end import Recorder, serve_in_thread
+from tests.support.recorder import Recorder, serve_in_thread
+from tests.support.redis_server import REDIS_SERVER, RedisServer
+from tests.support.serve_process import REPO, free_port, offline_env
 
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
 KEY = "sk-fleet-tenant-a"

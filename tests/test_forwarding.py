@@ -8,7 +8,7 @@ import httpx
 import pytest
 import respx
 
-from tests.test_app import CLAUDE, COMPLETION, chat, make_config, serve
+from tests.support.asgi_app import CLAUDE, COMPLETION, chat, make_config, serve
 
 pytestmark = pytest.mark.anyio
 

@@ -30,6 +30,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.processes import NETWORK_ERRORS, spawn, stop
+
 pytestmark = pytest.mark.frameworks
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,19 +40,6 @@ REQUIREMENTS = RECORDING / "requirements.txt"
 FW_VENV = Path(os.environ.get("HISTORY_PROXY_FRAMEWORKS_VENV", REPO / ".venv-frameworks"))
 INSTALL_TIMEOUT_S = 1200
 RUN_TIMEOUT_S = 90
-NETWORK_ERRORS = (
-    "NewConnectionError",
-    "Temporary failure in name resolution",
-    "Network is unreachable",
-    "Connection refused",
-    "ConnectTimeoutError",
-    "ReadTimeoutError",
-    "No matching distribution",
-    "Could not find a version",
-    "ProxyError",
-    "SSLError",
-    "Max retries exceeded",
-)
 
 sys.path.insert(0, str(RECORDING))
 import scenarios  # noqa: E402  (stdlib only: the task statements and the scripted answers)
@@ -98,22 +87,6 @@ def _wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 30.
         except OSError:
             time.sleep(0.2)
     raise RuntimeError(f"{url} not ready after {timeout}s: {log.read_text()[-2000:]}")
-
-
-def _spawn(cmd: list[str], log: Path, **kwargs: Any) -> subprocess.Popen:
-    """Start a process writing stdout and stderr to ``log`` (the child keeps its own handle)."""
-    with log.open("w") as out:
-        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, **kwargs)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
 
 
 def _frameworks_python() -> Path:
@@ -185,7 +158,7 @@ def upstream_received(
             rec_file = tmp / f"{scenario}.jsonl"
             rec_log = tmp / f"{scenario}-recorder.log"
             rec_port = _free_port()
-            recorder = _spawn(
+            recorder = spawn(
                 [
                     sys.executable,
                     str(RECORDING / "recorder.py"),
@@ -205,7 +178,7 @@ def upstream_received(
             proxy_port = _free_port()
             proxy_log = tmp / f"{scenario}-proxy.log"
             env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL")}
-            proxy = _spawn(
+            proxy = spawn(
                 [
                     str(Path(sys.executable).parent / "history-proxy"),
                     "serve",
@@ -250,8 +223,8 @@ def upstream_received(
             except subprocess.TimeoutExpired as e:
                 returncode = None
                 output = f"timed out after {RUN_TIMEOUT_S}s\n{e.stdout or ''}{e.stderr or ''}"
-            _stop(proxy)
-            _stop(recorder)
+            stop(proxy)
+            stop(recorder)
             records = (
                 [json.loads(line) for line in rec_file.read_text().splitlines()] if rec_file.exists() else []
             )
@@ -263,7 +236,7 @@ def upstream_received(
             }
     finally:
         for p in procs:
-            _stop(p)
+            stop(p)
     if os.environ.get("HISTORY_PROXY_FRAMEWORKS_DUMP"):  # everything received, for a look after a failure
         Path(os.environ["HISTORY_PROXY_FRAMEWORKS_DUMP"]).write_text(json.dumps(results, indent=1))
     return results

@@ -13,7 +13,7 @@ import pytest
 from proxy.cli import main
 from proxy.config.loading import load_config
 from proxy.config.locate import CONFIG_ENV, config_path, packaged_config
-from tests.test_end_to_end import offline_env
+from tests.support.serve_process import offline_env
 
 REPO = Path(__file__).resolve().parents[1]
 

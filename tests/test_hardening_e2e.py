@@ -20,8 +20,8 @@ import httpx
 import openai
 import pytest
 
-from tests.test_end_to_end import Server, start
-from tests.test_surfaces_end_to_end import Recorder, recorder  # noqa: F401 - the fixture
+from tests.support.recorder import Recorder, recorder  # noqa: F401 - the fixture
+from tests.support.serve_process import Server, start
 
 SECRET = "sk-" + "A1b2C3d4E5" * 3
 UPSTREAM_SECRET_KEY = "sk-upstream-only-for-ops-0123456789"

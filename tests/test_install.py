@@ -18,8 +18,8 @@ import anthropic
 import openai
 import pytest
 
-from tests.test_end_to_end import Server, free_port, offline_env
-from tests.test_frameworks_e2e import NETWORK_ERRORS
+from tests.support.processes import NETWORK_ERRORS
+from tests.support.serve_process import Server, free_port, offline_env
 
 REPO = Path(__file__).resolve().parents[1]
 BUILD_FILES = ("pyproject.toml", "README.md", "LICENSE", "proxy", "config/default.yaml")

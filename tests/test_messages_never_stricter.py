@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import yaml
 
 from proxy.config.models import Config
 from proxy.core.identity import Identity
@@ -29,18 +27,7 @@ from proxy.surfaces import messages
 from proxy.surfaces.marks import place_marks
 from proxy.surfaces.shape import shape
 from proxy.upstream.headers import wire_request_headers
-from tests.test_surfaces import claude_code_body, run
-
-REPO = Path(__file__).resolve().parents[1]
-NO_NETWORK_ROLES = ("orchestrator", "manager", "worker", "default")
-"""The default config's roles whose chains need no model call (``planner`` summarizes)."""
-
-
-def default_config(**extra: Any) -> Config:
-    """``config/default.yaml`` with its upstream the in-process mock."""
-    raw = yaml.safe_load((REPO / "config" / "default.yaml").read_text(encoding="utf-8"))
-    raw["upstreams"] = {"mock": {"base_url": "mock://", **extra}}
-    return Config.model_validate(raw)
+from tests.support.shaping import NO_NETWORK_ROLES, claude_code_body, default_config, in_place, run
 
 
 def shaped(body: dict[str, Any], role: str, config: Config | None = None) -> dict[str, Any]:
@@ -96,12 +83,6 @@ def claude_code_turns() -> dict[str, Any]:
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t2", "content": "B" * 400}]},
         ],
     }
-
-
-def in_place(sent: list[dict[str, Any]], original: list[dict[str, Any]]) -> bool:
-    """Every sent message that came from the request keeps the request's relative order."""
-    positions = [next(i for i, m in enumerate(original) if m == s) for s in sent if s in original]
-    return positions == sorted(positions)
 
 
 @pytest.mark.parametrize("role", NO_NETWORK_ROLES)

@@ -3,7 +3,7 @@
 Generated conversations (and Claude Code's recorded requests) are written as Messages requests, then
 hypothesis inserts what the adapter does not know at random places: messages of other roles (a
 mid-conversation ``system`` message, a role invented later), blocks of unknown types, and unknown
-fields on messages and blocks. Through every filter case of :mod:`tests.test_properties` and random
+fields on messages and blocks. Through every filter case of :mod:`tests.support.filter_cases` and random
 chains:
 
 - every message of another role comes out exactly once, unchanged, in its place among the kept ones;
@@ -29,9 +29,9 @@ from proxy.errors import InvalidRequestError
 from proxy.filters import Filter
 from proxy.surfaces.shape import shape
 from tests.strategies import conversations
+from tests.support.filter_cases import CASES
+from tests.support.surface_chains import IDENTITY, SETTINGS, in_order, pipeline_for
 from tests.surface_bodies import anthropic_chat, messages_body, messages_errors
-from tests.test_properties import CASES
-from tests.test_surfaces_properties import IDENTITY, SETTINGS, in_order, pipeline_for
 
 FIXTURE = Path(__file__).resolve().parent / "corpus" / "messages" / "claude-code-2.1.332.json"
 PINNED_ROLES = ("system", "critic_2031")

@@ -10,7 +10,7 @@ from proxy.mock.cache import PromptCache
 from proxy.mock.common import approximate_tokens, cache_report
 from proxy.mock.upstream import create_mock_app
 from tests.factories import assistant, system, user
-from tests.test_mock_upstream import send
+from tests.support.mock_client import send
 
 LOG = "line of output\n" * 400
 """About 1,500 tokens by the mock's count: over the 1,024 a prompt cache starts at."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -11,15 +10,7 @@ from starlette.applications import Starlette
 
 from proxy.mock.upstream import create_mock_app
 from tests.factories import action, assistant, result, system, user
-
-
-def send(app: Starlette, method: str, path: str, **kwargs: Any) -> httpx.Response:
-    async def go() -> httpx.Response:
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://mock") as client:
-            return await client.request(method, path, **kwargs)
-
-    return asyncio.run(go())
+from tests.support.mock_client import send
 
 
 def chat(body: dict[str, Any], app: Starlette | None = None, **kwargs: Any) -> httpx.Response:

@@ -4,7 +4,7 @@ Generated conversations, as Responses and chat requests, get what no filter know
 types, messages of an unknown role, unknown content parts and an unknown field on every item or
 message (``x_probe``, the item's original position), and a leading block of instructions mixing
 tool declarations (``additional_tools``), developer messages and opaque items. For every filter case
-of :mod:`tests.test_properties` and random chains:
+of :mod:`tests.support.filter_cases` and random chains:
 
 - the request sent is valid for its API and the client's body is not changed;
 - every sent item that came from the client keeps every field the proxy does not own; opaque items
@@ -12,7 +12,7 @@ of :mod:`tests.test_properties` and random chains:
 - the client's items keep their order (the probes come out increasing);
 - the tool declarations and opaque items of the leading block all come out, in order, before the
   first user message; the leading developer messages too, wherever the filter's definition keeps
-  the leading system messages (:func:`tests.test_properties.keeps_leading_system`).
+  the leading system messages (:func:`tests.support.filter_cases.keeps_leading_system`).
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from proxy.errors import InvalidRequestError
 from proxy.filters import Filter
 from proxy.surfaces.shape import shape
 from tests.strategies import conversations
+from tests.support.filter_cases import CASES, keeps_leading_system
+from tests.support.surface_chains import SETTINGS, pipeline_for
 from tests.surface_bodies import plain_chat, responses_body, responses_errors
-from tests.test_properties import CASES, keeps_leading_system
-from tests.test_surfaces_properties import SETTINGS, pipeline_for
 
 IDENTITY = Identity(role="r", agent="alice", phase="1")
 PROBE = "x_probe"

@@ -15,7 +15,7 @@ from proxy.core.messages import Message
 from proxy.core.tokens import TokenCounters
 from proxy.pipeline.overflow import Overflow, overflow_of
 from tests.factories import exchange, system, user
-from tests.test_access_log import COMPLETION, MAIN, access_lines, make_config, serve
+from tests.support.access_app import COMPLETION, MAIN, access_lines, make_config, serve
 from tests.upstream_respx import UPSTREAM_MOCKER
 
 WINDOW = 2000

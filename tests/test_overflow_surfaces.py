@@ -32,6 +32,8 @@ from proxy.server.app import create_app
 from proxy.surfaces import messages as anthropic_surface
 from proxy.surfaces import responses as responses_surface
 from tests.factories import exchange, system, user
+from tests.support.access_app import access_lines
+from tests.support.serve_process import free_port
 from tests.surface_bodies import (
     anthropic_chat,
     messages_body,
@@ -40,8 +42,6 @@ from tests.surface_bodies import (
     responses_body,
     responses_errors,
 )
-from tests.test_access_log import access_lines
-from tests.test_end_to_end import free_port
 from tests.upstream_respx import PROXY_VARIABLES
 
 pytestmark = pytest.mark.anyio

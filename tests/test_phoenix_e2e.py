@@ -23,9 +23,9 @@ import httpx
 import openai
 import pytest
 
-from tests.test_end_to_end import Server, free_port, start
-from tests.test_frameworks_e2e import NETWORK_ERRORS, _spawn, _stop
-from tests.test_telemetry import client_span, root_trace
+from tests.support.client_spans import client_span, root_trace
+from tests.support.processes import NETWORK_ERRORS, spawn, stop
+from tests.support.serve_process import Server, free_port, start
 
 pytestmark = pytest.mark.phoenix
 
@@ -72,7 +72,7 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "PHOENIX_WORKING_DIR": str(folder),
         "PHOENIX_TELEMETRY_ENABLED": "false",
     }
-    process = _spawn([str(command), "serve"], folder / "phoenix.log", env=env)
+    process = spawn([str(command), "serve"], folder / "phoenix.log", env=env)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -87,7 +87,7 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             time.sleep(0.5)
         yield url
     finally:
-        _stop(process)
+        stop(process)
 
 
 @pytest.fixture(scope="module")

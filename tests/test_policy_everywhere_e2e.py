@@ -22,8 +22,8 @@ from proxy.filters.remove_regex import PLACEHOLDER
 from proxy.surfaces.history_free import INSTRUCTIONS_FILTERED
 from proxy.surfaces.messages_pinned import PINNED_FILTERED
 from proxy.surfaces.messages_valid import REMOVED
-from tests.test_end_to_end import Server, start
-from tests.test_surfaces_end_to_end import Recorder, recorder  # noqa: F401 - the fixture
+from tests.support.recorder import Recorder, recorder  # noqa: F401 - the fixture
+from tests.support.serve_process import Server, start
 
 REPO = Path(__file__).resolve().parents[1]
 SECRET = "sk-" + "Zq9Xw8Vu7T" * 3

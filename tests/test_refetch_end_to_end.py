@@ -18,7 +18,7 @@ import httpx
 import openai
 import pytest
 
-from tests.test_end_to_end import Server, start
+from tests.support.serve_process import Server, start
 
 CONFIG = """\
 upstreams:

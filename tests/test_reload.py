@@ -6,14 +6,10 @@ serving; a request in flight finishes on the config it started with.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
 import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -30,11 +26,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from proxy.config.loading import ConfigError, load_config, parse_config
 from proxy.server.app import create_app
 from tests.factories import action, result, system, user
+from tests.support.serve_process import serving
 from tests.upstream_respx import UPSTREAM_MOCKER
 
 pytestmark = pytest.mark.anyio
 
-REPO = Path(__file__).resolve().parents[1]
 MAIN = "https://upstream.test/v1"
 NEXT = "https://next-upstream.test/v1"
 TEAM_KEY = "hp-team-key-0123456789"
@@ -314,37 +310,6 @@ def test_the_reload_log_never_shows_secrets(tmp_path: Path, caplog: pytest.LogCa
     assert "config reloaded" in caplog.text and "reload refused" in caplog.text
     assert "sk-PLANTEDsecret" not in caplog.text
     assert TEAM_KEY not in caplog.text and ADMIN_KEY not in caplog.text
-
-
-@contextlib.contextmanager
-def serving(path: Path, tmp_path: Path, *options: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """``history-proxy serve`` of the file at ``path``, up and answering; its log in ``tmp_path``."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    hidden = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "HISTORY_PROXY_CONFIG", "PROMETHEUS_MULTIPROC_DIR")
-    env = {k: v for k, v in os.environ.items() if k not in hidden}
-    log = (tmp_path / "serve.log").open("wb")
-    command = [sys.executable, "-m", "proxy", "serve", "--config", str(path), "--port", str(port), *options]
-    server = subprocess.Popen(
-        command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert server.poll() is None, (tmp_path / "serve.log").read_text()
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            assert time.monotonic() < deadline, "serve did not start"
-            time.sleep(0.1)
-        yield url, server
-        assert server.poll() is None, (tmp_path / "serve.log").read_text()
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)  # with --workers N: the supervisor and its workers
-        server.wait(timeout=20)
-        log.close()
 
 
 def filters_at(url: str, headers: dict[str, str] | None = None) -> str:

@@ -19,7 +19,7 @@ import pytest
 from proxy.config.loading import load_config
 from proxy.server.app import create_app
 from proxy.surfaces import responses
-from tests.test_surfaces import run
+from tests.support.shaping import CHAINS, TEXT_REPLACED, run
 
 REPO = Path(__file__).resolve().parents[1]
 TOOLS = {
@@ -56,31 +56,6 @@ def codex_history() -> dict[str, Any]:
             {"type": "function_call_output", "call_id": "c2", "output": "/work"},
         ],
     }
-
-
-CHAINS: dict[str, list[dict[str, Any]]] = {
-    "worker_view": [{"type": "worker_view", "turns": "first_user"}],
-    "worker_view_every_user": [{"type": "worker_view"}],
-    "orchestrator_view": [{"type": "orchestrator_view", "max_conversation_turns": 1}],
-    "manager_view": [{"type": "manager_view", "turns": "first_user"}],
-    "sop_digest": [{"type": "sop_digest"}],
-    "manager_digest": [{"type": "manager_digest", "system_prompt": "You manage.", "recent": 2}],
-    "sliding_window": [{"type": "sliding_window", "window_size": 1}],
-    "truncate": [{"type": "truncate", "max_tokens": 50}],
-    "token_limiter": [{"type": "token_limiter", "limit": 10, "tokenizer": "approximate"}],
-    "token_limiter_no_system": [
-        {"type": "token_limiter", "limit": 10, "tokenizer": "approximate", "keep_system": False}
-    ],
-    "summarize": [{"type": "summarize", "keep_recent": 1, "step": 1}],
-    "worker_compaction": [{"type": "worker_compaction", "keep_recent": 0, "max_chars": 5}],
-    "last_n_observations": [{"type": "last_n_observations", "n": 1}],
-    "tool_call_filter": [{"type": "tool_call_filter"}],
-    "remove_regex": [{"type": "remove_regex", "remove": ["SYS", "task"]}],
-}
-
-
-TEXT_REPLACED = frozenset({"manager_digest", "token_limiter_no_system", "remove_regex"})
-"""Chains whose definition touches the text instructions: a system_prompt, keep_system: false, a regex."""
 
 
 def test_the_codex_repro_keeps_its_tools_and_developer_messages_under_the_worker_view() -> None:

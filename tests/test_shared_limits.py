@@ -17,9 +17,9 @@ from proxy.config.loading import parse_config
 from proxy.config.models import Config
 from proxy.server.quotas import LocalCounters, Rate, Slot
 from proxy.server.shared_limits import SharedCounters
-from tests.test_reliability import FaultUpstream, chat, eventually, serving
-from tests.test_summaries_redis import RedisServer, redis_server
-from tests.test_tenant_limits import KEYS, bearer
+from tests.support.faults import FaultUpstream, chat, eventually, serving
+from tests.support.redis_server import RedisServer, redis_server
+from tests.support.tenants import KEYS, bearer
 
 pytestmark = pytest.mark.anyio
 

@@ -15,32 +15,13 @@ import pytest
 
 from proxy.config.models import Config
 from proxy.core.identity import Identity
-from proxy.core.tokens import TokenCounters
 from proxy.errors import InvalidRequestError
-from proxy.pipeline.run import Pipeline
 from proxy.server.app import create_app
 from proxy.surfaces import messages, responses
 from proxy.surfaces.shape import detect, shape
+from tests.support.shaping import THINKING, claude_code_body, pipeline, run
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def pipeline(
-    chain: list[dict[str, Any]], *, marks: bool = False, slot: dict[str, Any] | None = None
-) -> Pipeline:
-    config = Config.model_validate(
-        {
-            "upstreams": {"u": {"base_url": "mock://", "cache_control": marks}},
-            "policies": {"roles": {"r": chain}},
-            **({"cache_control": slot} if slot else {}),
-        }
-    )
-    return Pipeline(config, TokenCounters())
-
-
-def run(surface: str, chain: list[dict[str, Any]], body: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-    shaped = asyncio.run(shape(surface, pipeline(chain, **kwargs), body, Identity(role="r"), "u"))  # type: ignore[arg-type]
-    return shaped.body
 
 
 # --- Responses ---------------------------------------------------------------------------------
@@ -179,46 +160,6 @@ def test_bad_responses_input_is_a_400_naming_the_item() -> None:
 
 
 # --- Messages ----------------------------------------------------------------------------------
-
-THINKING = {"type": "thinking", "thinking": "Let me look.", "signature": "EqQBCkYIBxgCKkA="}
-
-
-def claude_code_body() -> dict[str, Any]:
-    """The shape Claude Code sends: cached system blocks, tool results with a reminder text beside them."""
-    return {
-        "model": "claude-opus-4-1",
-        "max_tokens": 32000,
-        "system": [
-            {"type": "text", "text": "You are Claude Code."},
-            {"type": "text", "text": "Tools...", "cache_control": {"type": "ephemeral"}},
-        ],
-        "tools": [
-            {"name": "Bash", "input_schema": {"type": "object"}, "cache_control": {"type": "ephemeral"}}
-        ],
-        "messages": [
-            {"role": "user", "content": [{"type": "text", "text": "fix the test"}]},
-            {
-                "role": "assistant",
-                "content": [
-                    THINKING,
-                    {"type": "text", "text": "Running it."},
-                    {"type": "tool_use", "id": "tu1", "name": "Bash", "input": {"command": "pytest"}},
-                ],
-            },
-            {
-                "role": "user",
-                "content": [
-                    {"type": "tool_result", "tool_use_id": "tu1", "content": "1 failed\n" * 20},
-                    {"type": "text", "text": "<system-reminder>todo list</system-reminder>"},
-                ],
-            },
-            {
-                "role": "assistant",
-                "content": [{"type": "redacted_thinking", "data": "abc"}, {"type": "text", "text": "Fixed."}],
-            },
-            {"role": "user", "content": "thanks"},
-        ],
-    }
 
 
 def test_the_messages_view_splits_tool_results_from_the_text_beside_them() -> None:

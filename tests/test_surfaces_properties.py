@@ -2,7 +2,7 @@
 
 Each chat conversation (generated, or from the corpus) is also written as a Responses and a Messages
 request, with what only those surfaces carry (reasoning and server tool items, signed thinking blocks,
-server tool blocks). For every filter case of :mod:`tests.test_properties` and for random chains:
+server tool blocks). For every filter case of :mod:`tests.support.filter_cases` and for random chains:
 
 - the written-back request is valid for its API (:mod:`tests.surface_bodies`);
 - every view message the adapter counted while building the view has the count the pipeline would
@@ -21,21 +21,20 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.config.models import Config
-from proxy.core.identity import Identity
 from proxy.core.messages import Message, text_of
 from proxy.errors import InvalidRequestError
 from proxy.filters import Filter
-from proxy.pipeline.run import Pipeline
 from proxy.surfaces import messages as anthropic
 from proxy.surfaces import responses
 from proxy.surfaces.messages_valid import REMOVED
 from proxy.surfaces.shape import shape
 from tests.factories import corpus_files
-from tests.strategies import PROPERTY_SETTINGS, SHARED_TOKENS, FakeSummarizer, conversations
+from tests.strategies import conversations
+from tests.support.filter_cases import CASES
+from tests.support.surface_chains import IDENTITY, SETTINGS, in_order, pipeline_for
 from tests.surface_bodies import (
     anthropic_chat,
     messages_body,
@@ -45,24 +44,9 @@ from tests.surface_bodies import (
     responses_body,
     responses_errors,
 )
-from tests.test_properties import CASES
 
-IDENTITY = Identity(role="r", agent="alice", phase="1")
 OPAQUE_ITEMS = frozenset({"reasoning", "web_search_call", "compaction"})
 OPAQUE_BLOCKS = frozenset({"thinking", "redacted_thinking", "server_tool_use", "web_search_tool_result"})
-SETTINGS = settings(PROPERTY_SETTINGS, max_examples=min(PROPERTY_SETTINGS.max_examples, 25))
-_PIPELINES: dict[str, Pipeline] = {}
-
-
-def pipeline_for(chain: list[Filter]) -> Pipeline:
-    dumped = [f.model_dump(mode="json") for f in chain]
-    key = json.dumps(dumped, sort_keys=True)
-    if key not in _PIPELINES:
-        config = Config.model_validate(
-            {"upstreams": {"u": {"base_url": "mock://"}}, "policies": {"roles": {"r": dumped}}}
-        )
-        _PIPELINES[key] = Pipeline(config, SHARED_TOKENS, summarizer=FakeSummarizer())
-    return _PIPELINES[key]
 
 
 def key(messages: list[Message], *, skip_system: bool = False) -> list[tuple[Any, ...]]:
@@ -108,17 +92,6 @@ def opaque(body: dict[str, Any], surface: str) -> list[Any]:
 
 def items(body: dict[str, Any], surface: str) -> list[Any]:
     return list(body["input"] if surface == "responses" else body["messages"])
-
-
-def in_order(sent: list[Any], original: list[Any]) -> bool:
-    """Every sent item that the client sent too appears in the client's order."""
-    at = 0
-    for item in sent:
-        for k in range(at, len(original)):
-            if original[k] == item:
-                at = k + 1
-                break
-    return all(item in original for item in sent if item in original)
 
 
 def check(chain: list[Filter], chat: list[Message], surface: str, extras: list[int]) -> None:

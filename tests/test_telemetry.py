@@ -22,20 +22,17 @@ import anthropic
 import httpx
 import openai
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as semconv
-from opentelemetry.trace import SpanKind, set_span_in_context
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from proxy.config.loading import ConfigError, json_schema, parse_config
 from proxy.observability import genai
 from tests.otlp_receiver import ReceivedSpan, Receiver
-from tests.test_end_to_end import Server, free_port, start
-from tests.test_surfaces_end_to_end import UPSTREAM_KEY, Recorder, recorder  # noqa: F401 (fixture)
+from tests.support.client_spans import client_span, root_trace
+from tests.support.recorder import UPSTREAM_KEY, Recorder, recorder  # noqa: F401 (fixture)
+from tests.support.serve_process import Server, free_port, start
 
 CLIENT_KEY = "sk-client-key-never-exported-1234567890"
 SECRET_TEXT = "the-password-is-tangerine-42"
-CLIENT_TRACER = TracerProvider().get_tracer("test-client")
 FAST_EXPORT = {"OTEL_BSP_SCHEDULE_DELAY": "50", "OTEL_EXPORTER_OTLP_TIMEOUT": "2"}
 
 
@@ -80,18 +77,6 @@ def proxy(
 ) -> Iterator[Server]:
     telemetry = f'{{enabled: true, endpoint: "{receiver.endpoint}", service_name: proxy-under-test}}'
     yield from serve(tmp_path_factory.mktemp("telemetry"), recorder[1], telemetry)
-
-
-def root_trace(span: Any) -> str:
-    return f"{span.get_span_context().trace_id:032x}"
-
-
-def client_span() -> tuple[Any, dict[str, str]]:
-    """A client's span and the W3C headers an instrumented client sends under it."""
-    span = CLIENT_TRACER.start_span("agent step", kind=SpanKind.INTERNAL)
-    headers: dict[str, str] = {"tracestate": "vendor=abc"}
-    TraceContextTextMapPropagator().inject(headers, context=set_span_in_context(span))
-    return span, headers
 
 
 def proxy_span(receiver: Receiver, trace_id: str) -> ReceivedSpan:

@@ -11,13 +11,12 @@ import respx
 
 from proxy.config.loading import ConfigError, parse_config
 from proxy.config.models import Config
-from tests.test_app import CLAUDE, COMPLETION, MAIN, UPSTREAM_KEY, make_config, serve
-from tests.test_app import chat as chat_of
-from tests.test_reliability import FaultUpstream, chat, eventually, serving
+from tests.support.asgi_app import CLAUDE, COMPLETION, MAIN, UPSTREAM_KEY, make_config, serve
+from tests.support.asgi_app import chat as chat_of
+from tests.support.faults import FaultUpstream, chat, eventually, serving
+from tests.support.tenants import KEYS, bearer
 
 pytestmark = pytest.mark.anyio
-
-KEYS = {"a": "sk-proxy-tenant-a", "b": "sk-proxy-tenant-b"}
 
 
 def tenants_config(base_url: str, **limits: Any) -> Config:
@@ -29,10 +28,6 @@ def tenants_config(base_url: str, **limits: Any) -> Config:
         },
         env={},
     )
-
-
-def bearer(tenant: str) -> dict[str, str]:
-    return {"authorization": f"Bearer {KEYS[tenant]}"}
 
 
 async def test_one_tenant_at_its_limit_leaves_room_for_the_others() -> None:

@@ -20,7 +20,7 @@ from proxy.errors import ProxyError
 from proxy.upstream.client import Upstreams
 from proxy.upstream.connection import HEAD_LIMIT, HEADER_COUNT_LIMIT, Connection
 from proxy.upstream.transport import LeanTransport
-from tests.test_transport import ScriptedServer, answering, certificate, client, ok, scripted
+from tests.support.scripted_server import ScriptedServer, answering, certificate, client, ok, scripted
 
 pytestmark = pytest.mark.anyio
 

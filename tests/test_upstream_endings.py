@@ -20,7 +20,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.config.loading import parse_config
 from proxy.config.models import Config
-from tests.test_reliability import COMPLETION, FaultUpstream, _chunk, _reset, chat, make_config, serving
+from tests.support.faults import (
+    COMPLETION,
+    FaultUpstream,
+    chat,
+    chunked,
+    make_config,
+    reset_connection,
+    serving,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -35,11 +43,11 @@ class HostileUpstream(FaultUpstream):
         """A non-streamed completion sent chunked, cut after 60 bytes."""
         writer.write(
             b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
-            + _chunk(COMPLETION[:60])
+            + chunked(COMPLETION[:60])
         )
         await writer.drain()
         await asyncio.sleep(0.05)
-        _reset(writer)
+        reset_connection(writer)
 
     async def _short_length(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, probe: str
@@ -49,14 +57,14 @@ class HostileUpstream(FaultUpstream):
         writer.write(b"x" * 5000)
         await writer.drain()
         await asyncio.sleep(0.05)
-        _reset(writer)
+        reset_connection(writer)
 
     async def _bad_chunk(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, probe: str
     ) -> None:
         writer.write(
             b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
-            + _chunk(b'{"id":')
+            + chunked(b'{"id":')
         )
         await writer.drain()
         await asyncio.sleep(0.05)
@@ -81,7 +89,7 @@ class HostileUpstream(FaultUpstream):
         writer.write(b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: text/plain\r\n")
         writer.write(b"transfer-encoding: chunked\r\nconnection: close\r\n\r\n")
         for _ in range(50):  # 3.2 MB, and it could go on
-            writer.write(_chunk(b"e" * 65536))
+            writer.write(chunked(b"e" * 65536))
             await writer.drain()
         writer.write(b"0\r\n\r\n")
         await writer.drain()
@@ -90,7 +98,7 @@ class HostileUpstream(FaultUpstream):
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, probe: str
     ) -> None:
         writer.write(b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\n")
-        writer.write(b"transfer-encoding: chunked\r\nconnection: close\r\n\r\n" + _chunk(b'{"error":{}}'))
+        writer.write(b"transfer-encoding: chunked\r\nconnection: close\r\n\r\n" + chunked(b'{"error":{}}'))
         writer.write(b"0\r\n\r\n")
         await writer.drain()
 

@@ -19,7 +19,7 @@ from proxy.config.models import UpstreamConfig
 from proxy.errors import UpstreamUnavailableError
 from proxy.upstream.client import Body, Upstreams
 from proxy.upstream.headers import FORWARD_DROPPED, upstream_authorization, wire_request_headers
-from tests.test_transport import answering, ok, scripted
+from tests.support.scripted_server import answering, ok, scripted
 from tests.upstream_respx import PROXY_VARIABLES
 
 pytestmark = pytest.mark.anyio

@@ -15,7 +15,7 @@ import respx
 from proxy.core.usage import CacheUsage, UsageTap, usage_of_json
 from proxy.mock.common import approximate_tokens
 from tests.factories import system, user
-from tests.test_access_log import COMPLETION, MAIN, access_lines, conversation, make_config, serve
+from tests.support.access_app import COMPLETION, MAIN, access_lines, conversation, make_config, serve
 from tests.upstream_respx import UPSTREAM_MOCKER
 
 OPENAI_USAGE = {
