@@ -212,3 +212,91 @@ def test_no_module_is_over_600_lines_and_one_over_400_is_flagged(module: str) ->
             LongModuleWarning,
             stacklevel=1,
         )
+
+
+# --- the tests mirror the packages -----------------------------------------------------------------
+
+TESTS = PACKAGE.parent / "tests"
+TEST_PACKAGES = {
+    path.stem if path.suffix == ".py" else path.name
+    for path in PACKAGE.iterdir()
+    if (path.is_dir() and (path / "__init__.py").exists())
+    or (path.suffix == ".py" and path.stem not in ("__init__", "__main__"))
+}
+"""What a folder of tests/ may be named after: a package of proxy/, or a top-level module (cli, errors)."""
+NO_TEST_FOLDER = {"serve": "the `serve` command's process: run by every end-to-end suite at the top"}
+CROSS_CUTTING = {
+    "architecture": "the layout of every package",
+    "bench": "the benchmark harness (bench/)",
+    "claude_code_e2e": "a real client end to end",
+    "codex_e2e": "a real client end to end",
+    "container": "the image built from the Dockerfile",
+    "deploy": "deploy/: manifests, compose, alerts, dashboards",
+    "docs": "every page of docs/ and the README",
+    "end_to_end": "the real serve and mock-upstream processes",
+    "evidence": "what every chain keeps of an agent's evidence, over the corpus",
+    "examples": "every example config, every filter's example and docs",
+    "filter_registry": "one list of filter types across config, modules, examples, docs and tests",
+    "fleet": "replicas behind nginx sharing a real Redis",
+    "frameworks_e2e": "real multi-agent frameworks end to end",
+    "hardening_e2e": "hostile loads end to end",
+    "install": "a wheel installed outside the clone",
+    "messages_unknown_properties": "properties over every filter on /v1/messages",
+    "opaque_properties": "properties over every filter on every surface",
+    "phoenix_e2e": "a real trace viewer end to end",
+    "policy_everywhere_e2e": "the global policy on every surface end to end",
+    "private_apis": "every dependency's private API the proxy reaches",
+    "properties": "properties over every filter and random chains",
+    "refetch_end_to_end": "re-fetches counted end to end on every surface",
+    "surfaces_end_to_end": "every surface end to end with the official SDKs",
+    "surfaces_properties": "properties over every filter on Responses and Messages",
+    "telemetry": "spans end to end with the official SDKs",
+    "views_on_real_traffic": "every default view over the corpus, and the docs table",
+}
+"""The suites that stay at the top of tests/, each crossing packages on purpose (CONTRIBUTING, "Tests")."""
+TEST_MODULES = sorted(
+    path for path in TESTS.rglob("test_*.py") if "corpus" not in path.relative_to(TESTS).parts
+)
+
+
+def test_each_test_folder_is_named_after_a_package_of_proxy() -> None:
+    folders = {path.parent.relative_to(TESTS) for path in TEST_MODULES} - {Path()}
+    assert {str(f) for f in folders if len(f.parts) > 1} == set(), "tests/<package>/ has no subfolders"
+    assert {str(f) for f in folders} - TEST_PACKAGES == set(), "a test folder names no package of proxy/"
+    assert {str(f) for f in folders if not (TESTS / f / "__init__.py").exists()} == set()
+
+
+def test_each_package_of_proxy_has_its_test_folder() -> None:
+    folders = {path.parent.name for path in TEST_MODULES if path.parent != TESTS}
+    assert TEST_PACKAGES - folders == set(NO_TEST_FOLDER)
+
+
+def test_only_the_suites_that_cross_packages_stay_at_the_top_of_tests() -> None:
+    top_level = {path.stem.removeprefix("test_") for path in TEST_MODULES if path.parent == TESTS}
+    assert top_level - set(CROSS_CUTTING) == set(), "a test of one package goes in tests/<package>/"
+    assert set(CROSS_CUTTING) - top_level == set(), "a suite listed here is gone: take it off the list"
+
+
+def imported_test_modules(path: Path) -> set[str]:
+    """The test modules ``path`` imports (``tests.test_x``, ``tests.<package>.test_x``, relative or not)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = ".".join(path.relative_to(PACKAGE.parent).parent.parts)
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - (node.level - 1)] if node.level else []
+            target = ".".join([*base, node.module] if node.module else base)
+            names.add(target)
+            names.update(f"{target}.{alias.name}" for alias in node.names)
+    return {
+        name for name in names if top(name) == "tests" and any(p.startswith("test_") for p in name.split("."))
+    }
+
+
+def test_no_module_of_tests_imports_a_test_module() -> None:
+    """Shared helpers and fixtures live in tests/support/ (or conftest.py), never in a test module."""
+    modules = sorted(p for p in TESTS.rglob("*.py") if "corpus" not in p.relative_to(TESTS).parts)
+    found = {str(path.relative_to(TESTS)): imported_test_modules(path) for path in modules}
+    assert {name: sorted(tests) for name, tests in found.items() if tests} == {}

@@ -4,7 +4,7 @@ Filters may then read ``role``, ``content``, ``tool_calls``, ``name``, ``tool_ca
 annotation keys without checking their types again. The hot path checks plain-shaped messages while
 counting their tokens (:meth:`proxy.core.tokens.TokenCounter.each_plain`) and only the others here.
 This module is the one validator: ``each_plain`` never refuses, it only vouches for messages these
-checks accept (a hypothesis test in tests/test_tokens.py holds it to that). The fused walk stays
+checks accept (a hypothesis test in tests/core/test_tokens.py holds it to that). The fused walk stays
 because it is cheaper than checking and then counting: 130 against 413 us per 100-message request
 (46 against 101 at 20 messages, 638 against 1,301 at 400; bench.bodies, in process, one run).
 """

@@ -82,7 +82,7 @@ def test_check_accepts_the_default_config(
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
 
-    status, out, _ = run(capsys, "check", str(Path(__file__).parents[1] / "config" / "default.yaml"))
+    status, out, _ = run(capsys, "check", str(Path(__file__).parents[2] / "config" / "default.yaml"))
 
     assert status == 0
     assert "orchestrator(1), manager(1), worker(3), default(1)" in out

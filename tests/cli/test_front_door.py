@@ -15,7 +15,7 @@ from proxy.config.loading import load_config
 from proxy.config.locate import CONFIG_ENV, config_path, packaged_config
 from tests.support.serve_process import offline_env
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -14,7 +14,7 @@ import yaml
 from proxy.config.loading import ConfigError, json_schema, load_config, parse_config
 from proxy.filters import FILTER_TYPES
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CONFIGS = sorted(p for p in (REPO / "config").rglob("*.yaml") if not p.is_symlink())
 ENV = {
     "OPENAI_API_KEY": "k",

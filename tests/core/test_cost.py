@@ -75,6 +75,6 @@ def test_the_compaction_only_config_is_the_default_worker_chain_without_its_view
         filters = policy if isinstance(policy, list) else policy.filters
         return [f for f in filters if f.type_name not in {"worker_view", "orchestrator_view", "manager_view"}]
 
-    assert compaction(Path(__file__).resolve().parents[1] / "config" / "compaction_only.yaml") == compaction(
+    assert compaction(Path(__file__).resolve().parents[2] / "config" / "compaction_only.yaml") == compaction(
         DEFAULT_CONFIG_PATH
     )

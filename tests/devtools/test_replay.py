@@ -360,7 +360,7 @@ LONG = "openhands-codeact-ponylang-ponyc-4588.json"
 
 def long_replay_page() -> str:
     body = corpus_body(LONG)
-    config = load_config(Path(__file__).resolve().parents[1] / "config" / "default.yaml")
+    config = load_config(Path(__file__).resolve().parents[2] / "config" / "default.yaml")
     result = asyncio.run(replay(Pipeline(config, TokenCounters()), body, Identity(role="worker")))
     assert len(result.steps) >= 40
     return render_html(result, "long replay")

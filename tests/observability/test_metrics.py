@@ -272,7 +272,9 @@ async def test_filter_failures_are_counted_by_filter_type(mocked: respx.MockRout
     mocked.post(f"{MAIN}/chat/completions").mock(return_value=httpx.Response(200, json=COMPLETION))
     config = make_config(
         on_filter_error="passthrough",
-        policies={"roles": {"worker": [{"type": "custom", "path": "tests.test_metrics:Exploding"}]}},
+        policies={
+            "roles": {"worker": [{"type": "custom", "path": "tests.observability.test_metrics:Exploding"}]}
+        },
     )
     async with serve(config) as client:
         response = await client.post(

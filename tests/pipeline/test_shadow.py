@@ -247,7 +247,12 @@ async def test_a_tenant_in_shadow_mode_shadows_every_role_it_calls_as(upstream: 
 @anyio_mark
 async def test_a_failing_chain_in_shadow_mode_never_fails_the_request(upstream: respx.Route) -> None:
     config = make_config(
-        {"worker": {"mode": "shadow", "filters": [{"type": "custom", "path": "tests.test_shadow:Exploding"}]}}
+        {
+            "worker": {
+                "mode": "shadow",
+                "filters": [{"type": "custom", "path": "tests.pipeline.test_shadow:Exploding"}],
+            }
+        }
     )
     async with serve(config) as client:
         response = await client.post(

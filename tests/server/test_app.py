@@ -356,7 +356,7 @@ async def test_an_unreachable_upstream_is_502_and_a_slow_one_504(mocked: respx.M
 async def test_a_filter_bug_is_500_filter_failed_naming_the_filter(mocked: respx.MockRouter) -> None:
     route = mocked.post(f"{MAIN}/chat/completions")
     config = make_config(
-        policies={"roles": {"worker": [{"type": "custom", "path": "tests.test_app:Exploding"}]}}
+        policies={"roles": {"worker": [{"type": "custom", "path": "tests.server.test_app:Exploding"}]}}
     )
     async with serve(config) as client:
         response = await client.post("/v1/chat/completions", json=chat(), headers={"x-agent-role": "worker"})

@@ -44,7 +44,7 @@ UPSTREAM_KEY = "sk-upstreamPLANTED0123456789abcdefXYZ"
 PROXY_KEY = "hp-proxy-PLANTED-fedcba9876543210"
 ADMIN_KEY = "hp-admin-PLANTED-0011223344556677"
 SECRETS = (UPSTREAM_KEY, PROXY_KEY, ADMIN_KEY)
-EXAMPLES = Path(__file__).resolve().parents[1] / "config" / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "config" / "examples"
 COMPLETION = {
     "id": "chatcmpl-1",
     "object": "chat.completion",

@@ -21,13 +21,13 @@ NETWORK_ERRORS = (
 )
 
 
-def spawn(cmd: list[str], log: Path, **kwargs: Any) -> subprocess.Popen:
+def spawn(cmd: list[str], log: Path, **kwargs: Any) -> subprocess.Popen[bytes]:
     """Start a process writing stdout and stderr to ``log`` (the child keeps its own handle)."""
     with log.open("w") as out:
         return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, **kwargs)
 
 
-def stop(proc: subprocess.Popen) -> None:
+def stop(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         proc.terminate()
         try:

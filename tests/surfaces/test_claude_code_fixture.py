@@ -28,7 +28,7 @@ from proxy.surfaces.memo import ViewMemo
 from proxy.surfaces.shape import shape
 from tests.support.shaping import NO_NETWORK_ROLES, default_config, in_place
 
-FIXTURE = Path(__file__).resolve().parent / "corpus" / "messages" / "claude-code-2.1.332.json"
+FIXTURE = Path(__file__).resolve().parents[1] / "corpus" / "messages" / "claude-code-2.1.332.json"
 
 
 def requests() -> list[dict[str, Any]]:

@@ -23,7 +23,7 @@ from proxy.config.loading import load_config
 from proxy.server.app import create_app
 from tests.support.shaping import CHAINS, TEXT_REPLACED, run
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FIXTURES = sorted((REPO / "tests" / "corpus" / "responses").glob("codex-*.json"))
 ROLES = ("orchestrator", "manager", "worker", "default", "planner")
 EDITS_WORK = frozenset(

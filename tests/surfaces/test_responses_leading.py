@@ -21,7 +21,7 @@ from proxy.server.app import create_app
 from proxy.surfaces import responses
 from tests.support.shaping import CHAINS, TEXT_REPLACED, run
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TOOLS = {
     "type": "additional_tools",
     "role": "developer",

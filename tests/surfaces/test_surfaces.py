@@ -21,7 +21,7 @@ from proxy.surfaces import messages, responses
 from proxy.surfaces.shape import detect, shape
 from tests.support.shaping import THINKING, claude_code_body, pipeline, run
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 # --- Responses ---------------------------------------------------------------------------------
