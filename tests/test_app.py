@@ -1,4 +1,4 @@
-"""The HTTP surface (SPEC section 2) as a raw HTTP client sees it; the upstream is behind respx."""
+"""The HTTP surface (docs/http.md) as a raw HTTP client sees it; the upstream is behind respx."""
 
 from __future__ import annotations
 

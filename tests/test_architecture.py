@@ -1,4 +1,4 @@
-"""The dependency direction of DESIGN.md, kept true by walking every module's imports with ``ast``.
+"""The dependency direction of docs/architecture.md, kept true by walking every module's imports with ``ast``.
 
 Each package imports only the packages below it (``ALLOWED``); messages, encodings, tokens and errors
 are leaves; filters know nothing of HTTP; only upstream/ is an HTTP client and only server/ and the
@@ -161,7 +161,7 @@ FILTER_MODULES = sorted(m for m in MODULES if m.startswith("proxy.filters"))
 @pytest.mark.parametrize("module", FILTER_MODULES)
 def test_filters_import_only_the_stdlib_pydantic_and_the_message_helpers(module: str) -> None:
     # core.cost and core.windows: prompt-cache prices and context windows (leaves, pure arithmetic);
-    # core.evidence: what a distinctive token is (SPEC section 9; a regex over message text)
+    # core.evidence: what a distinctive token is (docs/cost.md, evidence kept; a regex over message text)
     allowed_proxy = {
         "proxy.core.evidence",
         "proxy.core.messages",

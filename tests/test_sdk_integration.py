@@ -93,7 +93,7 @@ def delta(content: str, finish_reason: str | None = None) -> dict[str, Any]:
 
 
 def worker_history() -> list[dict[str, Any]]:
-    """A worker's conversation, annotated as the SPEC allows (extra keys the SDK sends unchanged)."""
+    """A worker's conversation, annotated as docs/http.md allows (extra keys the SDK sends unchanged)."""
     first, second = action(), action()
     return [
         system(),

@@ -1,4 +1,4 @@
-"""SPEC section 7, proven by hypothesis: every filter and random chains over Responses and Messages requests.
+"""The surfaces' invariants (docs/surfaces.md), proven by hypothesis: every filter and random chains over Responses and Messages requests.
 
 Each chat conversation (generated, or from the corpus) is also written as a Responses and a Messages
 request, with what only those surfaces carry (reasoning and server tool items, signed thinking blocks,
