@@ -1,4 +1,4 @@
-"""The filters' invariants (docs/architecture.md), proven by hypothesis for every registered filter, for random chains and the corpus.
+"""The invariants (docs/architecture.md), by hypothesis for every registered filter, random chains and the corpus.
 
 Every type in ``proxy.filters.FILTER_TYPES`` is tested with the parameters of its
 ``config/examples/<type>.yaml`` (the filters of that type in the example's chains), with its

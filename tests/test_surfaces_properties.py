@@ -1,4 +1,4 @@
-"""The surfaces' invariants (docs/surfaces.md), proven by hypothesis: every filter and random chains over Responses and Messages requests.
+"""The surfaces' invariants (docs/surfaces.md) by hypothesis: every filter, random chains, Responses and Messages.
 
 Each chat conversation (generated, or from the corpus) is also written as a Responses and a Messages
 request, with what only those surfaces carry (reasoning and server tool items, signed thinking blocks,
