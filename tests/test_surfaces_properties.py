@@ -140,9 +140,9 @@ def check(chain: list[Filter], chat: list[Message], surface: str, extras: list[i
         )
     except InvalidRequestError:
         with pytest.raises(InvalidRequestError):
-            asyncio.run(shape(surface, pipeline, body, IDENTITY, "u"))  # type: ignore[arg-type]
+            asyncio.run(shape(surface, pipeline, body, IDENTITY, "u"))
         return
-    shaped = asyncio.run(shape(surface, pipeline, body, IDENTITY, "u"))  # type: ignore[arg-type]
+    shaped = asyncio.run(shape(surface, pipeline, body, IDENTITY, "u"))
     sent = shaped.body
     assert body == snapshot, "the client's body was changed in place"
     errors = responses_errors(sent) if surface == "responses" else messages_errors(sent)
