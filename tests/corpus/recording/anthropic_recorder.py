@@ -97,6 +97,8 @@ def events(answer: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """``answer`` as Anthropic's SSE events, in order."""
     start = {**answer, "content": [], "stop_reason": None, "usage": {**answer["usage"], "output_tokens": 1}}
     out: list[tuple[str, dict[str, Any]]] = [("message_start", {"type": "message_start", "message": start})]
+    first: dict[str, Any]
+    deltas: list[dict[str, Any]]
     for i, block in enumerate(answer["content"]):
         kind = block["type"]
         if kind == "text":
