@@ -28,6 +28,7 @@ import json
 import re
 import sys
 import threading
+from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -180,7 +181,7 @@ class AnthropicRecorder:
                     else:
                         self._send(200, json.dumps(answer).encode())
 
-            def _send(self, status: int, data: bytes, extra: list[tuple[str, str]] = ()) -> None:  # type: ignore[assignment]
+            def _send(self, status: int, data: bytes, extra: Sequence[tuple[str, str]] = ()) -> None:
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
                 self.send_header("request-id", f"req_rec{recorder.seq:04d}")
