@@ -168,7 +168,7 @@ def _action(
         names[draw(st.integers(0, count - 1))] = COMPLETION_TOOLS[
             draw(st.integers(0, len(COMPLETION_TOOLS) - 1))
         ]
-    calls = [
+    calls: list[dict[str, Any]] = [
         {
             "id": f"call_{first_id + k}",
             "type": "function",

@@ -191,7 +191,7 @@ def test_every_relative_link_resolves(page: Path) -> None:
 class AnyEnv(dict[str, str]):
     """Every ``${VAR}`` a doc's YAML names is set (to a placeholder)."""
 
-    def get(self, key: str, default: Any = None) -> str:  # type: ignore[override]
+    def get(self, key: str, default: Any = None) -> str:
         if key == "REDIS_URL":
             return "redis://127.0.0.1:6379/0"
         return super().get(key, "https://placeholder.invalid/v1" if key.endswith("URL") else "placeholder")
