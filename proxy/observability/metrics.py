@@ -227,8 +227,7 @@ class Metrics(SummaryCollectors):
 
     def stream_opened(self, exchange: Exchange) -> None:
         """Count a streamed answer as in flight until :meth:`finish`."""
-        if not exchange.streaming and not exchange.finished:
-            exchange.streaming = True
+        if exchange.stream_opened():
             self.streams_in_flight.inc()
 
     def _observe_report(self, exchange: Exchange, role: str, upstream: str) -> None:
@@ -302,11 +301,8 @@ class Metrics(SummaryCollectors):
 
     def finish(self, exchange: Exchange, status: int | None = None) -> None:
         """Count the request and write its access line, once, however it ended."""
-        if exchange.finished:
+        if not exchange.ended(status):
             return
-        exchange.finished = True
-        if status is not None:
-            exchange.status = status
         role = self.role_label(exchange.identity.role if exchange.identity else None)
         upstream = self.upstream_label(exchange.upstream)
         self._requests(role, upstream, str(exchange.status)).inc()
