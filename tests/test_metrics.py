@@ -29,7 +29,7 @@ from proxy.core.identity import Identity
 from proxy.core.messages import Message
 from proxy.core.tokens import TokenCounters
 from proxy.filters.base import FilterContext
-from proxy.observability import metrics
+from proxy.observability import collectors
 from proxy.pipeline.run import Pipeline
 from proxy.server.app import create_app
 from tests.factories import action, result, system, user
@@ -143,7 +143,7 @@ async def test_known_traffic_is_counted_by_role_upstream_and_status(mocked: resp
 async def test_counts_stay_right_past_the_number_of_label_sets_remembered(
     mocked: respx.MockRouter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(metrics, "CHILDREN_KEPT", 1)
+    monkeypatch.setattr(collectors, "CHILDREN_KEPT", 1)
     mocked.post(f"{MAIN}/chat/completions").mock(return_value=httpx.Response(200, json=COMPLETION))
     body = {"model": "gpt-4o", "messages": worker_conversation()}
     async with serve(make_config()) as client:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from typing import Any
 from proxy.core.identity import Identity
 from proxy.core.refetch import refetch_count
 from proxy.core.usage import CacheUsage
-from proxy.observability.logs import redact
+from proxy.observability.logs import JsonMessage, redact
 from proxy.pipeline.run import PipelineResult
 
 access_log = logging.getLogger("history_proxy.access")
@@ -29,6 +30,26 @@ _SANE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _IDS_PER_DRAW = 256
 _fresh_ids: list[str] = []
 os.register_at_fork(after_in_child=_fresh_ids.clear)  # a forked worker must never reuse its parent's ids
+
+
+def write_access_line(fields: dict[str, Any]) -> None:
+    """``access_log.info(JsonMessage(fields), extra={"access": fields})`` from the caller's line.
+
+    The same record as ``info`` makes, without ``findCaller``'s walk up the stack: the caller is
+    known (:meth:`proxy.observability.metrics.Metrics.finish`), and ``logging._srcfile = None`` still
+    turns the lookup off. The one use of the private ``logging._srcfile`` (tests/test_private_apis.py).
+    """
+    if not logging._srcfile:  # as Logger._log tests it
+        where: tuple[str, int, str] = ("(unknown file)", 0, "(unknown function)")
+    else:
+        caller = sys._getframe(1)
+        where = (caller.f_code.co_filename, caller.f_lineno, caller.f_code.co_name)
+    filename, line, function = where
+    message, extra = JsonMessage(fields), {"access": fields}
+    record = access_log.makeRecord(
+        access_log.name, logging.INFO, filename, line, message, (), None, function, extra
+    )
+    access_log.handle(record)
 
 
 def fresh_request_id() -> str:
