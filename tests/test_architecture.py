@@ -298,3 +298,27 @@ def test_the_exchange_write_walk_sees_each_form() -> None:
 def test_only_its_own_module_writes_the_fields_of_an_exchange(module: str) -> None:
     writes = exchange_field_writes(MODULES[module].read_text(encoding="utf-8"))
     assert writes == [], f"{module} writes Exchange fields {writes}: add or use a phase method of Exchange"
+
+
+def public_functions(module: str) -> set[str]:
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    return {
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and not node.name.startswith("_")
+    }
+
+
+VALIDATORS = sorted(m for m in MODULES if m.rpartition(".")[2] in {"validation", "messages_check"})
+"""The request validators: chat's (OpenAI's rules and wording) and the Messages adapter's (Anthropic's)."""
+
+
+@pytest.mark.parametrize("validator", VALIDATORS)
+def test_no_validator_shares_a_public_name_with_another_module(validator: str) -> None:
+    """Two validators with different rules under one name is how the wrong one gets called."""
+    assert len(VALIDATORS) == 2
+    names = public_functions(validator)
+    shared = {
+        name: module for module in MODULES if module != validator for name in public_functions(module) & names
+    }
+    assert shared == {}, f"{validator} shares public names with other modules: {shared}"

@@ -43,7 +43,7 @@ from proxy.surfaces._view import (
 )
 from proxy.surfaces.marks import UNMARKABLE, marks_in
 from proxy.surfaces.memo import Remembered, ViewMemo, conversation_key, matched
-from proxy.surfaces.messages_check import fault as _fault
+from proxy.surfaces.messages_check import refuse_anthropic_messages
 from proxy.surfaces.messages_pinned import omitted_at, with_pinned
 
 SURFACE = "messages"
@@ -56,7 +56,7 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
 
 def to_view(body: dict[str, Any], counter: TokenCounter | None = None, memo: ViewMemo | None = None) -> View:
     """The request as chat messages for the chain (``messages`` checked as
-    :func:`proxy.surfaces.messages_check.message_list` does).
+    :func:`proxy.surfaces.messages_check.anthropic_messages` does).
 
     Each view message is counted by the chat recipe as it is built, with ``counter``'s strings (an
     approximate counter of its own when none is given), so the pipeline does not walk it again. With
@@ -64,7 +64,7 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None, memo: Vie
     """
     natives = body.get("messages")
     if not isinstance(natives, list) or not natives:
-        _fault(body)
+        refuse_anthropic_messages(body)
     counter = counter or TokenCounter(approximate_length)
     known, count = counter.known.get, counter.text
     base = {role: TOKENS_PER_MESSAGE + count(role) for role in ("system", "user", "assistant", "tool")}
@@ -76,7 +76,7 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None, memo: Vie
     for i, message in enumerate(natives[start:], start):
         spans.append(len(units))
         if message.__class__ is not dict and not isinstance(message, dict):
-            _fault(body)
+            refuse_anthropic_messages(body)
         role = message.get("role")
         content = message.get("content")
         if content.__class__ is str and (role == "user" or role == "assistant"):
@@ -142,13 +142,13 @@ def _blocks_checked(
     added to the view as it is (the pipeline checks and counts it) and is not."""
     if content.__class__ is not list:
         if not isinstance(content, str | list):
-            _fault(body)
+            refuse_anthropic_messages(body)
         if isinstance(content, str):
             view.add({"role": role, "content": content}, Unit(role, i))
             return False
     for block in content:
         if block.__class__ is not dict and not isinstance(block, dict):
-            _fault(body)
+            refuse_anthropic_messages(body)
     return True
 
 
