@@ -166,6 +166,7 @@ def test_filters_import_only_the_stdlib_pydantic_and_the_message_helpers(module:
     allowed_proxy = {
         "proxy.core.evidence",
         "proxy.core.messages",
+        "proxy.core.plain_types",
         "proxy.core.invariants",
         "proxy.core.tokens",
         "proxy.core.cost",
@@ -246,6 +247,18 @@ def test_the_private_import_walk_sees_one() -> None:
 def test_no_module_imports_another_modules_private_names(module: str) -> None:
     found = private_names_imported(MODULES[module].read_text(encoding="utf-8"))
     assert found == [], f"{module} imports private names of another module: {found}"
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_a_private_module_is_imported_only_inside_its_package(module: str) -> None:
+    """``proxy/surfaces/_view.py`` serves the surfaces package; another package uses a public module."""
+    reached = {
+        name
+        for name in proxy_imports(module)
+        if any(part.startswith("_") and not part.startswith("__") for part in name.split("."))
+        and package_of(name) != package_of(module)
+    }
+    assert reached == set(), f"{module} imports another package's private modules {sorted(reached)}"
 
 
 EXCHANGE_MODULE = "proxy.observability.access"

@@ -29,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from proxy.core.messages import Message, text_of
+from proxy.core.summary_input import VIEW_REF
 from proxy.errors import InvalidRequestError
 from proxy.mock.cache import CacheReport
 from proxy.mock.common import (
@@ -45,7 +46,6 @@ from proxy.mock.common import (
 from proxy.mock.strict import declared_tools, messages_refusal, responses_refusal
 from proxy.surfaces import messages as anthropic
 from proxy.surfaces import responses as openai_responses
-from proxy.surfaces._view import REF
 from proxy.surfaces.messages_pinned import is_pinned
 
 
@@ -269,7 +269,7 @@ def _model(body: dict[str, Any], default: str) -> str:
 
 
 def _plain(view: list[Message]) -> list[Message]:
-    return [{k: v for k, v in m.items() if k != REF} for m in view]
+    return [{k: v for k, v in m.items() if k != VIEW_REF} for m in view]
 
 
 def _received(body: dict[str, Any]) -> list[Message]:

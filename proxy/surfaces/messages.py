@@ -50,6 +50,12 @@ SURFACE = "messages"
 OMITTED = "(earlier messages were left out by history-proxy)"
 
 
+def tool_use_arguments(tool_input: Any) -> str:
+    """A ``tool_use`` block's ``input`` as the view's call arguments: compact JSON, sorted keys (what
+    is counted for it, and what :mod:`proxy.server.warm` counts ahead of a large request)."""
+    return compact_json(tool_input)
+
+
 def _blocks(content: Any) -> list[dict[str, Any]]:
     return content if isinstance(content, list) else []
 
@@ -210,7 +216,7 @@ def _assistant_view(content: list[dict[str, Any]], ref: int, counter: TokenCount
             name, call_id = block.get("name", ""), block.get("id", "")
             if name.__class__ is not str:
                 name = str(name)
-            arguments = compact_json(block.get("input", {}))
+            arguments = tool_use_arguments(block.get("input", {}))
             tokens += (known(name) or count(name)) + (known(arguments) or count(arguments))
             calls.append(
                 {
