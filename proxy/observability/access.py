@@ -2,7 +2,10 @@
 
 :meth:`proxy.observability.metrics.Metrics.finish` counts an exchange and writes its line on the logger
 ``history_proxy.access`` at INFO: the message is the fields as compact JSON, and the same fields
-ride on the record as ``record.access`` for the formatters of :mod:`proxy.observability.logs`.
+ride on the record as ``record.access`` for the formatters of :mod:`proxy.observability.logs`
+(:func:`write_access_line`). The handlers fill an :class:`Exchange` phase by phase, one method per
+phase (``identified``, ``routed``, ``read``, ``shaped``, ``attempt_sent``, ``answer_started``,
+``relayed``, ``ended``, ...); only this module assigns its fields (tests/test_architecture.py).
 """
 
 from __future__ import annotations
