@@ -31,7 +31,8 @@ class AiohttpAnswer:
 
     @property
     def status_code(self) -> int:
-        return self._response.status
+        status: int = self._response.status
+        return status
 
     @property
     def raw_headers(self) -> list[tuple[bytes, bytes]]:

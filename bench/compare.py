@@ -1,7 +1,11 @@
 """Two trees of the proxy in one run: one upstream, segments interleaved, so drift cancels.
 
 ``python -m bench.compare OLD NEW [--cells 20-nonstream-c64 100-nonstream-c1] [--chains worker]
-[--seconds 3] [--rounds 1] [--memory 3] [--slow-streams 1000] [--telemetry] [--env-old K=V] [--env-new K=V]``
+[--seconds 3] [--rounds 1] [--surfaces] [--memory 3] [--slow-streams 1000] [--telemetry] [--env-old K=V]
+[--env-new K=V]``
+
+``--surfaces`` also sends each cell's conversation as a Responses and a Messages request (the
+bodies of ``bench.run --surfaces``), so one run compares all three surfaces of both trees.
 
 ``--telemetry`` turns ``telemetry.enabled`` on in the config and starts an OTLP/HTTP collector
 stand-in (:mod:`bench.otlp_sink`) whose URL replaces ``{sink}`` in ``--env-old``/``--env-new``
@@ -45,12 +49,22 @@ from bench.fast_upstream import run_fast
 from bench.loadgen import Target, build_request, run_load
 from bench.otlp_sink import Sink
 from bench.report import RESULTS_DIR, jsonable
-from bench.run import CHAINS, SLOW_MODEL, Runner, build_parser, select_cells
+from bench.run import (
+    CHAINS,
+    SLOW_MODEL,
+    SURFACE_PATHS,
+    Cell,
+    Runner,
+    build_parser,
+    select_cells,
+    surface_body,
+)
 
 ORDER = (0, 1, 1, 0, 0, 1)
 """Segments of one round, by tree: old new new old old new."""
 TREES = ("old", "new")
 WARMUP_REQUESTS = 300
+CHAT_PATH = "/v1/chat/completions"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -63,6 +77,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--chains", nargs="+", choices=sorted(CHAINS), default=["worker", "passthrough"])
     parser.add_argument("--seconds", type=float, default=3.0, help="seconds per segment")
     parser.add_argument("--rounds", type=int, default=1, help="rounds of old new new old old new")
+    parser.add_argument(
+        "--surfaces", action="store_true", help="each cell also as Responses and Messages requests"
+    )
     parser.add_argument("--memory", type=int, default=0, help="slow-streams memory runs per tree")
     parser.add_argument("--slow-streams", type=int, default=1000, help="concurrent streams per memory run")
     parser.add_argument("--slow-chunk-delay-ms", type=float, default=500.0)
@@ -117,43 +134,61 @@ async def throughput(
 ) -> list[dict[str, Any]]:
     """Each cell and chain: segments of both proxies in the order :data:`ORDER`, medians per tree."""
     rows = []
+    paths = [CHAT_PATH, *(SURFACE_PATHS if args.surfaces else ())]
     for cell in select_cells(args.cells):
         for chain in args.chains:
-            spec = CHAINS[chain]
-            body = encode(synthetic_body(cell.messages, stream=cell.stream, model=spec["model"]))
-            targets = [
-                Target(f"{tree}/{chain}", procs.LOOPBACK, port, headers=spec["headers"])
-                for tree, port in zip(TREES, ports, strict=True)
-            ]
-            requests = [build_request(target, body) for target in targets]
-            segments: list[list[dict[str, Any]]] = [[], []]
-            for _ in range(args.rounds):
-                for index in ORDER:
-                    target, request, proxy = targets[index], requests[index], started[index]
-                    await run_load(
-                        target,
-                        [request],
-                        concurrency=cell.concurrency,
-                        max_requests=WARMUP_REQUESTS,
-                        max_seconds=0.5,
-                        timeout_s=30,
-                    )
-                    pids = procs.descendants(proxy.process.pid)
-                    summary = await runner.segment(target, request, proxy, pids, cell.concurrency, warmup=0)
-                    segments[index].append(summary)
-            row = {"cell": cell.id, "chain": chain}
-            for tree, runs in zip(TREES, segments, strict=True):
-                row[tree] = {
-                    "rps": statistics.median(s["throughput_rps"] for s in runs),
-                    "p50_ms": statistics.median(s["p50_ms"] for s in runs),
-                    "p99_ms": statistics.median(s["p99_ms"] for s in runs),
-                    "cpu_ms_per_request": statistics.median(s["cpu_ms_per_request"] for s in runs),
-                    "errors": sum(s["errors"] for s in runs),
-                    "segments": len(runs),
-                }
-            rows.append(row)
-            print(format_row(row), flush=True)
+            for path in paths:
+                row = await compare_cell(runner, ports, started, args, cell, chain, path)
+                rows.append(row)
+                print(format_row(row), flush=True)
     return rows
+
+
+async def compare_cell(
+    runner: Runner,
+    ports: list[int],
+    started: list[procs.Started],
+    args: argparse.Namespace,
+    cell: Cell,
+    chain: str,
+    path: str,
+) -> dict[str, Any]:
+    """One cell, chain and surface: segments of both proxies in the order :data:`ORDER`, medians per tree."""
+    spec = CHAINS[chain]
+    chat = synthetic_body(cell.messages, stream=cell.stream, model=spec["model"])
+    body = encode(chat if path == CHAT_PATH else surface_body(path, chat))
+    targets = [
+        Target(f"{tree}/{chain}", procs.LOOPBACK, port, path=path, headers=spec["headers"])
+        for tree, port in zip(TREES, ports, strict=True)
+    ]
+    requests = [build_request(target, body) for target in targets]
+    segments: list[list[dict[str, Any]]] = [[], []]
+    for _ in range(args.rounds):
+        for index in ORDER:
+            target, request, proxy = targets[index], requests[index], started[index]
+            await run_load(
+                target,
+                [request],
+                concurrency=cell.concurrency,
+                max_requests=WARMUP_REQUESTS,
+                max_seconds=0.5,
+                timeout_s=30,
+            )
+            pids = procs.descendants(proxy.process.pid)
+            summary = await runner.segment(target, request, proxy, pids, cell.concurrency, warmup=0)
+            segments[index].append(summary)
+    surface = path.removeprefix("/v1/")
+    row: dict[str, Any] = {"cell": cell.id, "chain": chain, "surface": surface}
+    for tree, runs in zip(TREES, segments, strict=True):
+        row[tree] = {
+            "rps": statistics.median(s["throughput_rps"] for s in runs),
+            "p50_ms": statistics.median(s["p50_ms"] for s in runs),
+            "p99_ms": statistics.median(s["p99_ms"] for s in runs),
+            "cpu_ms_per_request": statistics.median(s["cpu_ms_per_request"] for s in runs),
+            "errors": sum(s["errors"] for s in runs),
+            "segments": len(runs),
+        }
+    return row
 
 
 async def memory(
@@ -195,7 +230,7 @@ async def memory(
 
 
 def format_row(row: dict[str, Any]) -> str:
-    cells = [f"{row['cell']} {row['chain']}"]
+    cells = [f"{row['cell']} {row['chain']} {row.get('surface', 'chat/completions')}"]
     for tree in TREES:
         figures = row[tree]
         cells.append(
@@ -224,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
             with environment(env, sink.url if sink else ""):
                 started.append(runner.start_proxy(f"proxy-{tree}", port, path, cpus))
         print(f"old: {trees[0]}\nnew: {trees[1]}\n{runner.pinning}\n", flush=True)
-        print("| cell, chain | old | new |\n|---|---|---|", flush=True)
+        print("| cell, chain, surface | old | new |\n|---|---|---|", flush=True)
         rows = run_fast(throughput(runner, ports, started, args))
         peaks = run_fast(memory(runner, trees, cpus, args)) if args.memory > 0 else {}
     described = {tree: procs.machine_description(path) for tree, path in zip(TREES, trees, strict=True)}

@@ -72,9 +72,12 @@ def stall(url: str, run: int) -> float:
     """The longest /healthz wait while one request of ``run`` characters of ``a`` is counted."""
     done = threading.Event()
     payload = {"model": "gpt-4o", "messages": [{"role": "user", "content": "a" * run}]}
-    thread = threading.Thread(
-        target=lambda: (httpx.post(f"{url}/v1/chat/completions", json=payload, timeout=600), done.set())
-    )
+
+    def count() -> None:
+        httpx.post(f"{url}/v1/chat/completions", json=payload, timeout=600)
+        done.set()
+
+    thread = threading.Thread(target=count)
     thread.start()
     time.sleep(0.2)
     worst = 0.0

@@ -35,20 +35,20 @@ from proxy.core.tokens import TokenCounters
 from proxy.pipeline.run import Pipeline
 from proxy.server.body import encode_json, parse_body
 from proxy.surfaces.memo import ViewMemo
-from proxy.surfaces.shape import Surface, shape
+from proxy.surfaces.shape import SurfaceName, shape
 from tests.surface_bodies import anthropic_chat, messages_body, plain_chat, responses_body
 
-WORKER_CHAIN = [
+WORKER_CHAIN: list[dict[str, Any]] = [
     {"type": "worker_view"},
     {"type": "last_n_observations", "n": 5, "polling": 5},
     {"type": "token_limiter", "limit": 30000, "step": 4},
 ]
-SURFACES: tuple[Surface, ...] = ("chat", "responses", "messages")
+SURFACES: tuple[SurfaceName, ...] = ("chat", "responses", "messages")
 MODES = ("next turn", "cold")
 EXTRAS = [1, 0, 0]
 
 
-def bodies(chat: list[Message]) -> dict[Surface, bytes]:
+def bodies(chat: list[Message]) -> dict[SurfaceName, bytes]:
     """One conversation as a request of each surface."""
     return {
         "chat": encode({"model": "gpt-4o", "messages": plain_chat(chat)}),
@@ -74,7 +74,7 @@ def pipeline(chain: list[dict[str, Any]]) -> Pipeline:
     return Pipeline(config, TokenCounters())
 
 
-async def once(p: Pipeline, surface: Surface, raw: bytes, who: Identity, memo: ViewMemo | None) -> float:
+async def once(p: Pipeline, surface: SurfaceName, raw: bytes, who: Identity, memo: ViewMemo | None) -> float:
     started = time.perf_counter()
     body = parse_body(raw)
     shaped = await shape(surface, p, body, who, "u", memo)
@@ -85,14 +85,18 @@ async def once(p: Pipeline, surface: Surface, raw: bytes, who: Identity, memo: V
 async def measure(repeats: int) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     who = Identity(role="worker", agent="coder")
-    for chain_name, chain in (("passthrough", [{"type": "passthrough"}]), ("worker", WORKER_CHAIN)):
+    chains: tuple[tuple[str, list[dict[str, Any]]], ...] = (
+        ("passthrough", [{"type": "passthrough"}]),
+        ("worker", WORKER_CHAIN),
+    )
+    for chain_name, chain in chains:
         p = pipeline(chain)
         for size in SIZES:
             chat = synthetic_messages(size)
             raw, before = bodies(chat), bodies(previous_turn(chat))
             for mode in MODES:
                 memo = ViewMemo(LimitsConfig().surface_memo_messages) if mode == "next turn" else None
-                times: dict[Surface, list[float]] = {s: [] for s in SURFACES}
+                times: dict[SurfaceName, list[float]] = {s: [] for s in SURFACES}
                 for surface in SURFACES:  # warm the token-count cache, as a serving proxy is
                     await once(p, surface, raw[surface], who, memo)
                 for _ in range(repeats):

@@ -1,7 +1,8 @@
 """Build the filter indexes from docs/filters/<type>.md: the README's table and docs/filters/README.md.
 
 Each filter's page is the one place its documentation lives; this script lists them, one row each
-(the type, linked to its page, and the first sentence of its page), in SPEC section 5's order.
+(the type, linked to its page, and the first sentence of its page), in the order of the filter union
+(`proxy/config/policies.py`).
 Usage: python scripts/build_readme.py [--check] (`make readme`). With --check it writes nothing and
 exits 1 when either index is out of date; tests/test_docs.py runs the check.
 """
@@ -22,7 +23,7 @@ DOCS = ROOT / "docs" / "filters"
 INDEX = DOCS / "README.md"
 START, END = "<!-- filters -->", "<!-- /filters -->"
 SHORT = 150
-# SPEC section 5's order; a doc not listed here is appended in name order.
+# The filter union's order; a doc not listed here is appended in name order.
 ORDER = [
     "passthrough",
     "orchestrator_view",

@@ -14,6 +14,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -29,7 +30,7 @@ from proxy.core.messages import (  # noqa: E402
     newest_user_index,
 )
 from proxy.filters import Filter, FilterContext  # noqa: E402
-from proxy.filters._views import producing_agent, view_turn  # noqa: E402
+from proxy.filters._views import TurnPattern, producing_agent, view_turn  # noqa: E402
 from scripts.generated_pages import write_or_check  # noqa: E402
 
 CORPUS = ROOT / "tests" / "corpus"
@@ -96,7 +97,7 @@ def evaluate(name: str, view: Filter, messages: list[Message], agent: str | None
     ctx = FilterContext(role=view.type_name.removesuffix("_view"), agent=agent, notes=[])
     out = view.apply(messages, ctx)
     task = task_statement(messages)
-    turns = getattr(view, "turns", "every_user")
+    turns: TurnPattern | Literal["every_user", "first_user"] = getattr(view, "turns", "every_user")
     turn = view_turn(messages, turns)
     newest = newest_user_index(messages)
     kinds = classify(messages)

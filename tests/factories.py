@@ -7,21 +7,24 @@ import json
 from pathlib import Path
 from typing import Any
 
+from proxy.config.models import Config
 from proxy.core.messages import Message
+from proxy.filters.base import Filter
 
 CORPUS_DIR = Path(__file__).resolve().parent / "corpus"
 _ids = itertools.count(1)
+Content = str | list[dict[str, Any]]  # a message's content: text, or a list of parts
 
 
-def system(text: str = "You are a helpful agent.", **extra: Any) -> Message:
+def system(text: Content = "You are a helpful agent.", **extra: Any) -> Message:
     return {"role": "system", "content": text, **extra}
 
 
-def user(text: str = "Do the task.", **extra: Any) -> Message:
+def user(text: Content = "Do the task.", **extra: Any) -> Message:
     return {"role": "user", "content": text, **extra}
 
 
-def assistant(text: str | None = "Done.", **extra: Any) -> Message:
+def assistant(text: Content | None = "Done.", **extra: Any) -> Message:
     return {"role": "assistant", "content": text, **extra}
 
 
@@ -61,6 +64,12 @@ def parallel(*names: str, outputs: list[str] | None = None) -> list[Message]:
     return [act, *(result(c, o) for c, o in zip(calls, outs, strict=True))]
 
 
+def role_filters(config: Config) -> list[Filter]:
+    """Every filter of every role's policy, whichever form it takes (a chain or a ``{mode, filters}`` mapping)."""
+    policies = config.policies
+    return [f for role in policies.roles for _, f in policies.located("roles", role)[1]]
+
+
 def corpus_files() -> list[Path]:
     """Every corpus conversation; raises, naming the directory, when there is none (never zero cases)."""
     files = sorted(CORPUS_DIR.glob("*.json"))
@@ -72,4 +81,5 @@ def corpus_files() -> list[Path]:
 
 
 def corpus_body(name: str) -> dict[str, Any]:
-    return json.loads((CORPUS_DIR / name).read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+    body: dict[str, Any] = json.loads((CORPUS_DIR / name).read_text(encoding="utf-8"))
+    return body

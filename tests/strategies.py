@@ -1,6 +1,6 @@
 """Hypothesis strategies: valid chat-completions conversations and the filter contexts they meet.
 
-Every conversation drawn from :func:`conversations` satisfies the SPEC section 5 invariants
+Every conversation drawn from :func:`conversations` satisfies the invariants of docs/architecture.md
 (``proxy.core.messages.invariant_errors(...) == {}``), and covers what real agents send: leading
 system/developer messages, turns opened by user messages, assistant text, actions with 1-4 parallel
 calls answered (sometimes out of order) by tool messages, tool-call ids reused across turns, string
@@ -168,7 +168,7 @@ def _action(
         names[draw(st.integers(0, count - 1))] = COMPLETION_TOOLS[
             draw(st.integers(0, len(COMPLETION_TOOLS) - 1))
         ]
-    calls = [
+    calls: list[dict[str, Any]] = [
         {
             "id": f"call_{first_id + k}",
             "type": "function",
@@ -230,7 +230,7 @@ def _step(draw: st.DrawFn, label: str, annotate: bool) -> list[Message]:
 
 @st.composite
 def conversations(draw: st.DrawFn, max_turns: int = 4, max_steps: int = 4) -> list[Message]:
-    """A valid ``messages`` list (every SPEC section 5 invariant holds)."""
+    """A valid ``messages`` list (every invariant of docs/architecture.md holds)."""
     annotate = draw(st.booleans())
     messages: list[Message] = []
     for i in range(draw(st.integers(0, 2))):

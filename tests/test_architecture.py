@@ -1,9 +1,10 @@
-"""The dependency direction of DESIGN.md, kept true by walking every module's imports with ``ast``.
+"""The dependency direction of docs/architecture.md, kept true by walking every module's imports with ``ast``.
 
 Each package imports only the packages below it (``ALLOWED``); messages, encodings, tokens and errors
 are leaves; filters know nothing of HTTP; only upstream/ is an HTTP client and only server/ and the
 built-in mock (mock/) serve HTTP; the forwarding client never imports the mock (the server starts
-it); no module passes 600 lines (one past 400 is warned about).
+it); no module passes 600 lines (one past 400 is warned about); no module imports another's private
+names; only :mod:`proxy.observability.access` writes the fields of an ``Exchange``.
 """
 
 from __future__ import annotations
@@ -161,10 +162,11 @@ FILTER_MODULES = sorted(m for m in MODULES if m.startswith("proxy.filters"))
 @pytest.mark.parametrize("module", FILTER_MODULES)
 def test_filters_import_only_the_stdlib_pydantic_and_the_message_helpers(module: str) -> None:
     # core.cost and core.windows: prompt-cache prices and context windows (leaves, pure arithmetic);
-    # core.evidence: what a distinctive token is (SPEC section 9; a regex over message text)
+    # core.evidence: what a distinctive token is (docs/cost.md, evidence kept; a regex over message text)
     allowed_proxy = {
         "proxy.core.evidence",
         "proxy.core.messages",
+        "proxy.core.plain_types",
         "proxy.core.invariants",
         "proxy.core.tokens",
         "proxy.core.cost",
@@ -212,6 +214,127 @@ def test_no_module_is_over_600_lines_and_one_over_400_is_flagged(module: str) ->
             LongModuleWarning,
             stacklevel=1,
         )
+
+
+def private_names_imported(source: str) -> list[str]:
+    """``from proxy.x import _y`` (or a relative ``from . import _y``): a name another proxy module keeps
+    private. ``import ... as _alias`` of a public name is fine; a dunder is not private."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and (node.level or top(node.module or "") == "proxy"):
+            found += [
+                f"{node.module or '.'}.{alias.name} (line {node.lineno})"
+                for alias in node.names
+                if alias.name.startswith("_") and not alias.name.startswith("__")
+            ]
+    return found
+
+
+def test_the_private_import_walk_sees_one() -> None:
+    source = (
+        "from proxy.core.tokens import _hidden as shown\n"
+        "from .helpers import _inner\n"
+        "from proxy.surfaces import _view\n"  # a private module of the package: its public names
+        "from proxy.core.tokens import counted as _counted\n"
+        "from proxy import __version__\n"
+        "from json import _private\n"
+    )
+    found = [name.split()[0] for name in private_names_imported(source)]
+    assert found == ["proxy.core.tokens._hidden", "helpers._inner", "proxy.surfaces._view"]
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_module_imports_another_modules_private_names(module: str) -> None:
+    found = private_names_imported(MODULES[module].read_text(encoding="utf-8"))
+    assert found == [], f"{module} imports private names of another module: {found}"
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_a_private_module_is_imported_only_inside_its_package(module: str) -> None:
+    """``proxy/surfaces/_view.py`` serves the surfaces package; another package uses a public module."""
+    reached = {
+        name
+        for name in proxy_imports(module)
+        if any(part.startswith("_") and not part.startswith("__") for part in name.split("."))
+        and package_of(name) != package_of(module)
+    }
+    assert reached == set(), f"{module} imports another package's private modules {sorted(reached)}"
+
+
+EXCHANGE_MODULE = "proxy.observability.access"
+
+
+def exchange_field_writes(source: str) -> list[str]:
+    """Assignments to an attribute of anything named ``exchange`` (``exchange.status = ...``,
+    ``self.exchange.usage += ...``, ``setattr(exchange, ...)``): the request record is written through
+    its phase methods (``Exchange.identified``, ``routed``, ``answer_started``, ...), never field by field."""
+
+    def names_exchange(node: ast.expr) -> bool:
+        name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+        return "exchange" in name.lower()
+
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        targets: list[ast.AST] = []
+        if isinstance(node, ast.Assign):
+            targets = [t for target in node.targets for t in ast.walk(target)]
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "setattr"
+            and node.args
+            and names_exchange(node.args[0])
+        ):
+            found.append(f"setattr (line {node.lineno})")
+        found += [
+            f"{t.attr} (line {t.lineno})"
+            for t in targets
+            if isinstance(t, ast.Attribute) and isinstance(t.ctx, ast.Store) and names_exchange(t.value)
+        ]
+    return found
+
+
+def test_the_exchange_write_walk_sees_each_form() -> None:
+    source = "exchange.status = 1\nself.exchange.usage += 2\na, exchange.upstream = 1, 2\nsetattr(exchange, 'x', 1)\n"
+    assert [write.split()[0] for write in exchange_field_writes(source)] == [
+        "status",
+        "usage",
+        "upstream",
+        "setattr",
+    ]
+    assert exchange_field_writes("exchange.trace.ended = True\nexchange.routed('m', None)\n") == []
+
+
+@pytest.mark.parametrize("module", sorted(set(MODULES) - {EXCHANGE_MODULE}))
+def test_only_its_own_module_writes_the_fields_of_an_exchange(module: str) -> None:
+    writes = exchange_field_writes(MODULES[module].read_text(encoding="utf-8"))
+    assert writes == [], f"{module} writes Exchange fields {writes}: add or use a phase method of Exchange"
+
+
+def public_functions(module: str) -> set[str]:
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    return {
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and not node.name.startswith("_")
+    }
+
+
+VALIDATORS = sorted(m for m in MODULES if m.rpartition(".")[2] in {"validation", "messages_check"})
+"""The request validators: chat's (OpenAI's rules and wording) and the Messages adapter's (Anthropic's)."""
+
+
+@pytest.mark.parametrize("validator", VALIDATORS)
+def test_no_validator_shares_a_public_name_with_another_module(validator: str) -> None:
+    """Two validators with different rules under one name is how the wrong one gets called."""
+    assert len(VALIDATORS) == 2
+    names = public_functions(validator)
+    shared = {
+        name: module for module in MODULES if module != validator for name in public_functions(module) & names
+    }
+    assert shared == {}, f"{validator} shares public names with other modules: {shared}"
 
 
 # --- the tests mirror the packages -----------------------------------------------------------------

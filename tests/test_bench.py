@@ -130,6 +130,19 @@ def test_compare_runs_two_trees_interleaved_and_measures_memory_with_fresh_proxi
         assert (run["ok"], run["errors"]) == (8, 0) and run["rss_peak_mb"] > 10
 
 
+def test_compare_with_surfaces_measures_each_cell_as_chat_responses_and_messages(tmp_path: Path) -> None:
+    from bench.compare import main as compare
+
+    argv = [str(ROOT), str(ROOT), "--cells", "20-nonstream-c1", "--chains", "worker", "--seconds", "0.2"]
+    assert compare([*argv, "--surfaces", "--no-pin", "--results", str(tmp_path)]) == 0
+    (written,) = tmp_path.glob("compare-*.json")
+    rows = json.loads(written.read_text())["rows"]
+    assert [row["surface"] for row in rows] == ["chat/completions", "responses", "messages"]
+    for row in rows:
+        for tree in ("old", "new"):
+            assert row[tree]["errors"] == 0 and row[tree]["rps"] > 0
+
+
 def test_compare_refuses_a_directory_without_the_project(tmp_path: Path) -> None:
     from bench.compare import main as compare
 

@@ -24,6 +24,7 @@ import kubernetes_validate
 import openai
 import pytest
 import yaml
+from openai.types.chat import ChatCompletionMessageParam
 
 from proxy.config.loading import load_config
 from proxy.server.app import create_app
@@ -152,14 +153,16 @@ def traffic(url: str) -> None:
     and one body that is not JSON (a 400)."""
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
     # the global chain strips the key-like string (tokens removed by remove_regex)
-    history = [{"role": "user", "content": "list the files; my key is sk-abcdefghijklmnopqrstuvwxyz0123"}]
+    history: list[ChatCompletionMessageParam] = [
+        {"role": "user", "content": "list the files; my key is sk-abcdefghijklmnopqrstuvwxyz0123"}
+    ]
     for role in ("orchestrator", "manager", "worker", "planner", "default"):
         for stream in (False, True):
             answer = client.chat.completions.create(
                 model="gpt-4o", messages=history, stream=stream, extra_headers={"X-Agent-Role": role}
             )
             if stream:
-                list(answer)  # type: ignore[call-overload]
+                list(answer)
     for _ in range(2):
         client.responses.create(model="gpt-4o", input="hello", instructions="be brief")
         httpx.post(

@@ -1,4 +1,4 @@
-"""Evidence kept (SPEC section 9, issue 23): what of an agent's next answer it could only have read in an
+"""Evidence kept (docs/cost.md, issue 23): what of an agent's next answer it could only have read in an
 observation, and whether the request a chain sends still holds it."""
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import httpx2
 import openai
 import pytest
 from starlette.types import Receive, Scope, Send
@@ -68,6 +69,7 @@ class Upstream(Recorder):
     def __init__(self) -> None:
         super().__init__()
         self.holder = HoldingMock()
+        # Recorder (tests/test_surfaces_end_to_end.py) types its app as the mock's Starlette app
         self.app = self.holder  # type: ignore[assignment]
 
     def markers(self) -> Counter[str]:
@@ -238,7 +240,7 @@ def fleet(upstream: tuple[Upstream, str], tmp_path_factory: pytest.TempPathFacto
 
 def client(url: str, headers: dict[str, str], retries: int = 0) -> openai.OpenAI:
     # a fresh connection per request: nothing rides on a keep-alive connection an nginx reload closes
-    http = httpx.Client(limits=httpx.Limits(max_keepalive_connections=0), timeout=60)
+    http = httpx2.Client(limits=httpx2.Limits(max_keepalive_connections=0), timeout=60)
     return openai.OpenAI(
         base_url=f"{url}/v1",
         api_key=KEY,
@@ -297,7 +299,7 @@ def test_a_killed_replicas_slots_come_back_after_the_lease(
         wait_for(lambda: holder.holding == LIMIT)
         assert fleet.stop(0, signal.SIGKILL) == -signal.SIGKILL  # it held 1 or 2 of the tenant's slots
         killed_at = time.monotonic()
-        tries = []
+        tries: list[int | str] = []
         while not tries or not isinstance(tries[-1], str):
             assert time.monotonic() - killed_at < LEASE_S * 3, tries
             tries.append(ask(fleet.url, f"killed-retry-{len(tries)}"))

@@ -72,10 +72,11 @@ CASES = [(s, a) for s, (_, _, agents) in SCENARIOS.items() for a in agents]
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
-def _wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 30.0) -> None:
+def _wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -134,7 +135,7 @@ def _frameworks_python() -> Path:
 
 def _proxy_config(recorder_port: int) -> dict[str, Any]:
     """The default config's identity, limits and policy chains, with the recorder as the only upstream."""
-    config = yaml.safe_load((REPO / "config" / "default.yaml").read_text())
+    config: dict[str, Any] = yaml.safe_load((REPO / "config" / "default.yaml").read_text())
     config["upstreams"] = {"recorder": {"base_url": f"http://127.0.0.1:{recorder_port}/v1"}}
     config["routes"] = []
     return config
@@ -150,7 +151,7 @@ def upstream_received(
         terminal.write_line(f"\ninstalling AutoGen and CrewAI into {FW_VENV} (about 1 GB, once)")
     fw_python = _frameworks_python()
     tmp = tmp_path_factory.mktemp("frameworks")
-    procs: list[subprocess.Popen] = []
+    procs: list[subprocess.Popen[bytes]] = []
     results: dict[str, Any] = {}
     try:
         for scenario, (script, arg, _agents) in SCENARIOS.items():
@@ -222,7 +223,7 @@ def upstream_received(
                 returncode, output = run.returncode, run.stdout + run.stderr
             except subprocess.TimeoutExpired as e:
                 returncode = None
-                output = f"timed out after {RUN_TIMEOUT_S}s\n{e.stdout or ''}{e.stderr or ''}"
+                output = f"timed out after {RUN_TIMEOUT_S}s\n{_decoded(e.stdout)}{_decoded(e.stderr)}"
             stop(proxy)
             stop(recorder)
             records = (
@@ -242,6 +243,11 @@ def upstream_received(
     return results
 
 
+def _decoded(output: bytes | str | None) -> str:
+    """What a timed-out run printed (bytes on POSIX even with ``text=True``)."""
+    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
+
+
 def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
@@ -250,14 +256,14 @@ def _text(content: Any) -> str:
     return ""
 
 
-def _shape(body: dict) -> str:
+def _shape(body: dict[str, Any]) -> str:
     """A one-line picture of a body's messages, for failure messages: role(name)."""
     return " ".join(
         m.get("role", "?") + (f"({m['name']})" if m.get("name") else "") for m in body["messages"]
     )
 
 
-def _requests_of(records: list[dict], marker: str) -> list[dict]:
+def _requests_of(records: list[dict[str, Any]], marker: str) -> list[dict[str, Any]]:
     return [
         r["body"]
         for r in records

@@ -134,7 +134,7 @@ def test_a_long_run_of_one_character_does_not_stall_other_clients(proxy: Server)
     thread = threading.Thread(target=hostile)
     thread.start()
     time.sleep(0.1)  # the body is on its way
-    waits = []
+    waits: list[float] = []
     while not done.is_set() and len(waits) < 200:
         started = time.perf_counter()
         assert httpx.get(f"{proxy.url}/healthz", timeout=30).status_code == 200

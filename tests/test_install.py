@@ -48,8 +48,10 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     source = root / "source"
     for name in BUILD_FILES:
         (source / name).parent.mkdir(parents=True, exist_ok=True)
-        copy = shutil.copytree if (REPO / name).is_dir() else shutil.copy2
-        copy(REPO / name, source / name, **({"symlinks": True} if (REPO / name).is_dir() else {}))  # type: ignore[operator]
+        if (REPO / name).is_dir():
+            shutil.copytree(REPO / name, source / name, symlinks=True)
+        else:
+            shutil.copy2(REPO / name, source / name)
     pip(sys.executable, "wheel", "--no-deps", "-w", str(root / "dist"), str(source))
     (wheel,) = (root / "dist").glob("history_proxy-*.whl")
     subprocess.run([sys.executable, "-m", "venv", str(root / "venv")], check=True, timeout=120)
@@ -112,7 +114,8 @@ def test_the_quick_start_answers_on_messages(served: Server) -> None:
         message = client.messages.create(
             model="claude-sonnet-4-6", max_tokens=256, messages=[{"role": "user", "content": "Hello"}]
         )
-    assert message.content[0].text.startswith("mock: received")  # type: ignore[union-attr]
+    block = message.content[0]
+    assert isinstance(block, anthropic.types.TextBlock) and block.text.startswith("mock: received")
 
 
 def test_init_writes_the_packaged_config_outside_the_clone(installed: Path, tmp_path: Path) -> None:

@@ -81,8 +81,10 @@ def oai(server: Server, role: str) -> openai.OpenAI:
     return client
 
 
-def with_pinned_secrets() -> list[dict[str, Any]]:
-    """Claude Code's shape: mid-conversation system messages (string and text blocks) holding a key."""
+def with_pinned_secrets() -> list[Any]:
+    """Claude Code's shape: mid-conversation system messages (string and text blocks) holding a key.
+
+    ``list[Any]``: the SDK's types do not model a system message carrying ``output_config``."""
     return [
         {"role": "user", "content": [{"type": "text", "text": "read a.txt"}]},
         {"role": "system", "content": f"# Environment\nkey: {SECRET}", "output_config": {"effort": "low"}},
@@ -114,7 +116,7 @@ def test_a_secret_in_a_mid_conversation_system_message_never_reaches_the_upstrea
         model="claude-test-model",
         max_tokens=64,
         tools=[{"name": "Read", "input_schema": {"type": "object"}}],
-        messages=with_pinned_secrets(),  # type: ignore[arg-type]
+        messages=with_pinned_secrets(),
     )
     assert raw.parse().type == "message"
     sent = upstream.last("/v1/messages")["body"]["messages"]
@@ -201,14 +203,12 @@ def test_an_assistant_message_made_only_of_a_secret_never_reaches_the_upstream_o
     )
     sent = upstream.last("/v1/chat/completions")["body"]["messages"]
     assert sent[1] == {"role": "assistant", "content": PLACEHOLDER}
-    client.responses.create(
-        model="gpt-4o",
-        input=[
-            {"role": "user", "content": "key?"},
-            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": SECRET}]},
-            {"role": "user", "content": "ok"},
-        ],
-    )
+    said: list[Any] = [  # an output_text without annotations, as clients send it: not in the SDK's types
+        {"role": "user", "content": "key?"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": SECRET}]},
+        {"role": "user", "content": "ok"},
+    ]
+    client.responses.create(model="gpt-4o", input=said)
     items = upstream.last("/v1/responses")["body"]["input"]
     assert SECRET not in json.dumps(items)
     assert items[1]["content"] == [{"type": "output_text", "text": PLACEHOLDER}]

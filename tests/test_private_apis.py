@@ -1,28 +1,34 @@
 """Each use of a dependency's private API, checked against the installed version.
 
-The proxy reaches into four private places, each from one module (docs/performance.md, "Tricks that
-reach into private attributes"). An upgrade that moves one must fail here, by name, rather than
-slow the proxy down or break it quietly:
+The proxy reaches into five private places, each from one module (docs/architecture.md, "Fences
+around dependencies' private APIs"; docs/performance.md, "Tricks that reach into private
+attributes"). An upgrade that moves one must fail here, by name, rather than slow the proxy down or
+break it quietly; a second module reaching the same place fails here too:
 
 | private API | used by | for |
 |---|---|---|
 | ``tiktoken.Encoding._mergeable_ranks`` | ``proxy/core/encodings.py`` | dropping a 27 MB Python copy of the ranks |
-| ``logging._srcfile`` | ``proxy/observability/metrics.py`` | skipping the caller lookup of each access line |
+| ``logging._srcfile`` | ``proxy/observability/access.py`` | skipping the caller lookup of each access line |
 | ``BaseModel.__pydantic_private__`` | ``proxy/filters/base.py`` | ``Filter.private``: no ``__getattr__`` |
 | ``uvicorn``'s ``HttpToolsProtocol`` | ``proxy/server/protocol.py`` | bounding the request head as it arrives |
+| OpenTelemetry's ``BatchProcessor._queue`` | ``proxy/observability/otel.py`` | a full span queue drops at once |
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
+from pathlib import Path
 
 import pytest
 import tiktoken
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, PrivateAttr
 from uvicorn.protocols.http import httptools_impl
 
 from proxy.core.tokens import TokenCounters
+from proxy.observability.otel import BoundedBatchSpanProcessor
 from proxy.server.protocol import BoundedHttpToolsProtocol
 
 
@@ -36,10 +42,10 @@ def test_tiktoken_keeps_the_python_rank_table_proxy_core_encodings_releases() ->
 
 def test_logging_still_reads_srcfile_before_looking_up_the_caller() -> None:
     assert hasattr(logging, "_srcfile"), (
-        "logging._srcfile is gone: see Metrics in proxy/observability/metrics.py"
+        "logging._srcfile is gone: see write_access_line in proxy/observability/access.py"
     )
     assert "_srcfile" in inspect.getsource(logging.Logger._log), (
-        "Logger._log no longer tests logging._srcfile: see proxy/observability/metrics.py"
+        "Logger._log no longer tests logging._srcfile: see proxy/observability/access.py"
     )
 
 
@@ -82,3 +88,36 @@ def test_uvicorn_protocol_still_holds_the_state_the_bounded_protocol_reads() -> 
     cycle = inspect.getsource(httptools_impl.RequestResponseCycle)
     for name in ("response_complete", "response_started"):
         assert name in cycle, f"uvicorn's RequestResponseCycle has no {name}: see proxy/server/protocol.py"
+
+
+def test_opentelemetry_batch_processor_still_has_the_queue_the_bounded_processor_reads() -> None:
+    counter = Counter("spans_dropped", "test", ["reason"], registry=CollectorRegistry())
+    processor = BoundedBatchSpanProcessor(InMemorySpanExporter(), counter)
+    try:
+        assert len(processor._queue) == 0 and processor._limit > 0, (
+            "OpenTelemetry's BatchProcessor changed its _queue or _max_queue_size: see proxy/observability/otel.py"
+        )
+        inner = processor._batch_processor
+        assert "timeout_millis" in inspect.signature(inner.shutdown).parameters, (
+            "OpenTelemetry's BatchProcessor.shutdown takes no timeout_millis: see proxy/observability/otel.py"
+        )
+    finally:
+        processor.shutdown()
+
+
+PACKAGE = Path(__file__).resolve().parents[1] / "proxy"
+FENCES = {
+    "_mergeable_ranks": "core/encodings.py",
+    "_srcfile": "observability/access.py",
+    "__pydantic_private__": "filters/base.py",
+    "httptools_impl": "server/protocol.py",
+    "._batch_processor": "observability/otel.py",
+}
+
+
+@pytest.mark.parametrize(("private", "module"), sorted(FENCES.items()))
+def test_each_private_api_is_reached_from_its_one_module(private: str, module: str) -> None:
+    users = sorted(
+        str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py") if private in path.read_text("utf-8")
+    )
+    assert users == [module], f"{private} is used in {users}: keep each private API in one module"

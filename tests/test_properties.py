@@ -1,4 +1,4 @@
-"""SPEC section 5, proven by hypothesis for every registered filter, for random chains and the corpus.
+"""The invariants (docs/architecture.md), by hypothesis for every registered filter, random chains and the corpus.
 
 Every type in ``proxy.filters.FILTER_TYPES`` is tested with the parameters of its
 ``config/examples/<type>.yaml`` (the filters of that type in the example's chains), with its
@@ -41,7 +41,7 @@ from tests.support.filter_cases import CASES, TIGHT_BUDGETS, FilterCase, keeps_l
 
 
 def keeps_newest_user(f: Filter) -> bool:
-    """Whether the filter keeps the newest user message (SPEC invariant 2); every filter does so far.
+    """Whether the filter keeps the newest user message (invariant 2, docs/architecture.md); every filter does so far.
 
     sop_digest and manager_digest digest older messages into system messages, but both keep the
     newest user message verbatim when it is older than what they keep whole; token_limiter pins it;
@@ -133,7 +133,7 @@ def counter_for(f: Filter, ctx: FilterContext) -> TokenCounter:
 
 
 def irreducible_minimum(f: Filter, messages: list[Message]) -> list[Message]:
-    """What a budgeted filter must keep even over budget (SPEC section 5 for each budgeted filter).
+    """What a budgeted filter must keep even over budget (each budgeted filter's page in docs/filters/).
 
     token_limiter pins the leading system (with keep_system), the newest user message and the newest
     group; truncate and any other budgeted filter keep the leading system and the newest turn.
@@ -236,7 +236,7 @@ def assert_keeps_leading_system_and_newest_user(
 
 
 VENDOR_FIELDS = ("name", "reasoning_content", "refusal", "audio")
-"""Fields no filter owns: a kept message carries them unchanged (SPEC section 5)."""
+"""Fields no filter owns: a kept message carries them unchanged (docs/http.md, message annotations)."""
 
 
 def assert_keeps_fields_it_does_not_own(messages: list[Message], out: list[Message]) -> None:
@@ -269,7 +269,8 @@ def assert_within_budget(f: Filter, messages: list[Message], out: list[Message],
 
 
 def is_idempotent(f: Filter) -> bool:
-    return IDEMPOTENT.get(f.type_name, lambda _: False)(f)
+    check = IDEMPOTENT.get(f.type_name)
+    return check is not None and check(f)
 
 
 @pytest.mark.parametrize("case", CASE_PARAMS)

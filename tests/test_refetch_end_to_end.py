@@ -15,8 +15,12 @@ from typing import Any
 
 import anthropic
 import httpx
+import httpx2
 import openai
 import pytest
+from anthropic.types import MessageParam, ToolUseBlockParam
+from openai.types.chat import ChatCompletionMessageFunctionToolCallParam, ChatCompletionMessageParam
+from openai.types.responses import ResponseInputParam
 
 from tests.support.serve_process import Server, start
 
@@ -56,8 +60,8 @@ def access_refetches(server: Server, request_id: str) -> int:
     raise AssertionError(f"no access line for {request_id}:\n{server.output()}")
 
 
-def chat_history(again: str) -> list[dict[str, Any]]:
-    def call(i: int, path: str) -> dict[str, Any]:
+def chat_history(again: str) -> list[ChatCompletionMessageParam]:
+    def call(i: int, path: str) -> ChatCompletionMessageFunctionToolCallParam:
         arguments = json.dumps({"path": path})
         return {"id": f"c{i}", "type": "function", "function": {"name": "read_file", "arguments": arguments}}
 
@@ -72,8 +76,8 @@ def chat_history(again: str) -> list[dict[str, Any]]:
     ]
 
 
-def responses_input(again: str) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = [{"role": "user", "content": "fix alpha"}]
+def responses_input(again: str) -> ResponseInputParam:
+    items: ResponseInputParam = [{"role": "user", "content": "fix alpha"}]
     for i, (path, output) in enumerate([("a.py", A_PY), ("b.py", B_PY), (again, A_PY)], start=1):
         arguments = json.dumps({"path": path})
         items.append(
@@ -83,10 +87,15 @@ def responses_input(again: str) -> list[dict[str, Any]]:
     return items
 
 
-def messages_history(again: str) -> list[dict[str, Any]]:
-    history: list[dict[str, Any]] = [{"role": "user", "content": "fix alpha"}]
+def messages_history(again: str) -> list[MessageParam]:
+    history: list[MessageParam] = [{"role": "user", "content": "fix alpha"}]
     for i, (path, output) in enumerate([("a.py", A_PY), ("b.py", B_PY), (again, A_PY)], start=1):
-        use = {"type": "tool_use", "id": f"tu{i}", "name": "read_file", "input": {"path": path}}
+        use: ToolUseBlockParam = {
+            "type": "tool_use",
+            "id": f"tu{i}",
+            "name": "read_file",
+            "input": {"path": path},
+        }
         history.append({"role": "assistant", "content": [use]})
         history.append(
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"tu{i}", "content": output}]}
@@ -94,7 +103,7 @@ def messages_history(again: str) -> list[dict[str, Any]]:
     return history
 
 
-def send(server: Server, surface: str, again: str, request_id: str) -> httpx.Headers:
+def send(server: Server, surface: str, again: str, request_id: str) -> httpx2.Headers:
     headers = {"X-Agent-Role": "worker", "x-request-id": request_id}
     if surface in ("chat", "responses"):
         with openai.OpenAI(
@@ -103,11 +112,11 @@ def send(server: Server, surface: str, again: str, request_id: str) -> httpx.Hea
             if surface == "chat":
                 return client.chat.completions.with_raw_response.create(
                     model="gpt-4o-mini",
-                    messages=chat_history(again),  # type: ignore[arg-type]
+                    messages=chat_history(again),
                 ).headers
             return client.responses.with_raw_response.create(
                 model="gpt-4o-mini",
-                input=responses_input(again),  # type: ignore[arg-type]
+                input=responses_input(again),
             ).headers
     with anthropic.Anthropic(
         base_url=server.url, api_key="k", max_retries=0, default_headers=headers
@@ -115,7 +124,7 @@ def send(server: Server, surface: str, again: str, request_id: str) -> httpx.Hea
         return claude.messages.with_raw_response.create(
             model="claude-test-model",
             max_tokens=50,
-            messages=messages_history(again),  # type: ignore[arg-type]
+            messages=messages_history(again),
         ).headers
 
 

@@ -81,7 +81,9 @@ def test_responses_streamed(proxy: Server) -> None:
     assert kinds[-1] == "response.completed"
     text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     assert text.startswith("mock: received 1 messages (user=1)")
-    assert events[-1].response.output_text == text
+    completed = events[-1]
+    assert completed.type == "response.completed"
+    assert completed.response.output_text == text
 
 
 def test_responses_tool_round_trip_is_filtered_by_the_role_chain(
@@ -163,7 +165,8 @@ IMAGE = {"type": "image", "source": {"type": "base64", "media_type": "image/png"
 THINKING = {"type": "thinking", "thinking": "I should list files.", "signature": "c2lnbmVk"}
 
 
-def agent_history() -> list[dict[str, Any]]:
+def agent_history() -> list[Any]:
+    """Claude Code's kind of history, as JSON the tests index into (``Any``: also the SDK's argument)."""
     return [
         {"role": "user", "content": [{"type": "text", "text": "look at this"}, IMAGE]},
         {
@@ -198,7 +201,7 @@ def test_messages_tools_thinking_and_images_keep_their_blocks(
         model="claude-test-model",
         max_tokens=100,
         messages=history,
-        tools=tools,  # type: ignore[arg-type]
+        tools=tools,
     )
     assert message.stop_reason == "tool_use"
     assert message.content[0].type == "tool_use"
@@ -217,7 +220,7 @@ def test_messages_tools_thinking_and_images_keep_their_blocks(
 
 def test_messages_tool_results_are_truncated_in_place(proxy: Server, recorder: tuple[Recorder, str]) -> None:
     history = agent_history()
-    claude(proxy, role="short").messages.create(model="claude-test-model", max_tokens=100, messages=history)  # type: ignore[arg-type]
+    claude(proxy, role="short").messages.create(model="claude-test-model", max_tokens=100, messages=history)
     sent = recorder[0].last("/v1/messages")["body"]["messages"]
     results = sent[2]["content"]
     assert results[0]["content"].startswith("a.txt b.tx")
@@ -240,9 +243,9 @@ def test_an_agents_next_turn_converts_only_its_new_messages_and_is_sent_as_witho
     history = agent_history()
     history[0] = {**history[0], "content": [{"type": "text", "text": "a conversation of its own"}, IMAGE]}
     agent = claude(proxy, role="short")
-    agent.messages.create(model="claude-test-model", max_tokens=100, messages=history[:3])  # type: ignore[arg-type]
+    agent.messages.create(model="claude-test-model", max_tokens=100, messages=history[:3])
     reused, converted = memo_counter(proxy, "reused"), memo_counter(proxy, "converted")
-    agent.messages.create(model="claude-test-model", max_tokens=100, messages=history)  # type: ignore[arg-type]
+    agent.messages.create(model="claude-test-model", max_tokens=100, messages=history)
     assert memo_counter(proxy, "reused") - reused == 3, "the three messages of the first turn kept their view"
     assert memo_counter(proxy, "converted") - converted == 2, "only the two new messages were converted"
     with_memo = recorder[0].last("/v1/messages")["body"]
@@ -265,24 +268,23 @@ policies:
     for server in start("serve", "--config", str(config), log=tmp_path / "proxy.log", ready_path="/healthz"):
         claude(server, role="short").messages.create(
             model="claude-test-model", max_tokens=100, messages=history
-        )  # type: ignore[arg-type]
+        )
         assert memo_counter(server, "converted") == 0, "no memo, nothing counted"
     assert recorder[0].last("/v1/messages")["body"] == with_memo
 
 
 def test_count_tokens_counts_what_the_chain_sends(proxy: Server, recorder: tuple[Recorder, str]) -> None:
     history = agent_history()
-    counted = claude(proxy, role="trimmer").messages.count_tokens(model="claude-test-model", messages=history)  # type: ignore[arg-type]
+    counted = claude(proxy, role="trimmer").messages.count_tokens(model="claude-test-model", messages=history)
     assert counted.input_tokens > 0
     sent = recorder[0].last("/v1/messages/count_tokens")["body"]["messages"]
     assert [b["tool_use_id"] for b in sent[2]["content"]] == ["tu_cat"]
 
 
 def test_messages_errors_come_in_anthropics_shape(proxy: Server) -> None:
+    unknown_role: list[Any] = [{"role": "tool", "content": "x"}]  # a role the SDK's types refuse
     with pytest.raises(anthropic.BadRequestError) as caught:
-        claude(proxy).messages.create(
-            model="claude-test-model", max_tokens=10, messages=[{"role": "tool", "content": "x"}]
-        )  # type: ignore[misc,list-item]
+        claude(proxy).messages.create(model="claude-test-model", max_tokens=10, messages=unknown_role)
     body: Any = caught.value.body
     assert body["type"] == "error"
     assert body["error"]["type"] == "invalid_request_error"

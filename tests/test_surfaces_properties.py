@@ -1,4 +1,4 @@
-"""SPEC section 7, proven by hypothesis: every filter and random chains over Responses and Messages requests.
+"""The surfaces' invariants (docs/surfaces.md) by hypothesis: every filter, random chains, Responses and Messages.
 
 Each chat conversation (generated, or from the corpus) is also written as a Responses and a Messages
 request, with what only those surfaces carry (reasoning and server tool items, signed thinking blocks,
@@ -113,9 +113,9 @@ def check(chain: list[Filter], chat: list[Message], surface: str, extras: list[i
         )
     except InvalidRequestError:
         with pytest.raises(InvalidRequestError):
-            asyncio.run(shape(surface, pipeline, body, IDENTITY, "u"))  # type: ignore[arg-type]
+            asyncio.run(shape(surface, pipeline, body, IDENTITY, "u"))
         return
-    shaped = asyncio.run(shape(surface, pipeline, body, IDENTITY, "u"))  # type: ignore[arg-type]
+    shaped = asyncio.run(shape(surface, pipeline, body, IDENTITY, "u"))
     sent = shaped.body
     assert body == snapshot, "the client's body was changed in place"
     errors = responses_errors(sent) if surface == "responses" else messages_errors(sent)

@@ -22,6 +22,8 @@ import anthropic
 import httpx
 import openai
 import pytest
+from anthropic.types import MessageParam
+from openai.types.chat import ChatCompletionMessageParam
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as semconv
 
 from proxy.config.loading import ConfigError, json_schema, parse_config
@@ -87,7 +89,8 @@ def proxy_span(receiver: Receiver, trace_id: str) -> ReceivedSpan:
 
 def upstream_parent(seen: dict[str, Any], trace_id: str) -> str:
     """The span id the upstream's traceparent names (and that it carries the client's trace id)."""
-    version, trace, parent, flags = seen["headers"]["traceparent"].split("-")
+    traceparent: str = seen["headers"]["traceparent"]
+    version, trace, parent, flags = traceparent.split("-")
     assert (version, trace) == ("00", trace_id)
     assert int(flags, 16) & 1  # sampled
     return parent
@@ -310,11 +313,12 @@ def test_a_summary_call_is_a_span_under_the_request(rig: Rig) -> None:
 
 def test_no_message_text_and_no_key_in_any_exported_span(rig: Rig) -> None:
     span, headers = client_span()
-    said = [{"role": "user", "content": f"remember {SECRET_TEXT}"}]
+    said: list[ChatCompletionMessageParam] = [{"role": "user", "content": f"remember {SECRET_TEXT}"}]
+    told: list[MessageParam] = [{"role": "user", "content": f"remember {SECRET_TEXT}"}]
     rig.openai().chat.completions.create(model="gpt-4o-mini", messages=said, extra_headers=headers)
     rig.openai().responses.create(model="gpt-4o-mini", input=SECRET_TEXT, extra_headers=headers)
     client = opened(anthropic.Anthropic(base_url=rig.proxy.url, api_key=CLIENT_KEY, max_retries=0))
-    client.messages.create(model="claude-x", max_tokens=9, messages=said, extra_headers=headers)
+    client.messages.create(model="claude-x", max_tokens=9, messages=told, extra_headers=headers)
     span.end()
     spans = rig.receiver.wait_for(lambda s: s.trace_id == root_trace(span) and s.name.startswith("chat"))
     while len(spans) < 3:

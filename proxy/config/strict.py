@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from proxy.filters._plain_types import plain_fields
+from proxy.core.plain_types import plain_fields
 
 
 class StrictModel(BaseModel):

@@ -9,8 +9,8 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from proxy.core.cost import Pricing
 from proxy.core.messages import DEFAULT_COMPLETION_TOOLS, Message
+from proxy.core.plain_types import plain_fields
 from proxy.core.tokens import TokenCounters
-from proxy.filters._plain_types import plain_fields
 
 
 class Summarizer(Protocol):
@@ -58,7 +58,7 @@ class Filter(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _plain(cls, data: Any) -> Any:
-        """A boolean is not a number, nor a number a boolean (``n: yes``); see ``_plain_types``."""
+        """A boolean is not a number, nor a number a boolean (``n: yes``); see :mod:`proxy.core.plain_types`."""
         return plain_fields(cls.model_fields, data)
 
     cache_friendly: ClassVar[str] = ""

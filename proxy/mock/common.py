@@ -6,13 +6,15 @@ both import these; neither reaches into the other's private names.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import math
 import re
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 
 from proxy.core.messages import Message, text_of, tool_calls
 from proxy.errors import ProxyError
@@ -124,6 +126,14 @@ def split(text: str, pieces: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
+class Fail(Protocol):
+    """An error answer in a route's own shape (``param`` and ``code`` where its shape has them)."""
+
+    def __call__(
+        self, status: int, message: str, *, param: str | None = None, code: str | None = None
+    ) -> Response: ...
+
+
 class MockRoutes:
     """The pacing and prompt cache every group of the mock's routes is configured with."""
 
@@ -139,3 +149,24 @@ class MockRoutes:
         self.chunk_delay_s = chunk_delay_s
         self.first_byte_delay_s = first_byte_delay_s
         self.cache = cache or PromptCache()
+
+    async def controlled(self, headers: Mapping[str, str], fail: Fail) -> float | Response:
+        """The wait before the first byte, or the answer the request's failure-test headers force.
+
+        ``x-mock-delay-ms`` sets the wait (default: the mock's own); ``x-mock-status`` answers that
+        error status after it; a value that is not a number, or not a status from 400 to 599, gets a 400.
+        """
+        delay_s = self.first_byte_delay_s
+        raw_delay = headers.get("x-mock-delay-ms")
+        if raw_delay is not None:
+            try:
+                delay_s = max(0.0, float(raw_delay) / 1000)
+            except ValueError:
+                return fail(400, "x-mock-delay-ms must be a number of milliseconds", param="x-mock-delay-ms")
+        forced = headers.get("x-mock-status")
+        if forced is None:
+            return delay_s
+        if not forced.isdigit() or not 400 <= int(forced) <= 599:
+            return fail(400, "x-mock-status must be an HTTP error status (400-599)", param="x-mock-status")
+        await asyncio.sleep(delay_s)
+        return fail(int(forced), f"mock: forced status {forced}", code="mock_forced_status")

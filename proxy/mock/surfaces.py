@@ -29,9 +29,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from proxy.core.messages import Message, text_of
+from proxy.core.summary_input import VIEW_REF
 from proxy.errors import InvalidRequestError
 from proxy.mock.cache import CacheReport
 from proxy.mock.common import (
+    Fail,
     MockRoutes,
     approximate_tokens,
     cache_report,
@@ -44,7 +46,6 @@ from proxy.mock.common import (
 from proxy.mock.strict import declared_tools, messages_refusal, responses_refusal
 from proxy.surfaces import messages as anthropic
 from proxy.surfaces import responses as openai_responses
-from proxy.surfaces._view import REF
 from proxy.surfaces.messages_pinned import is_pinned
 
 
@@ -52,7 +53,10 @@ def _event(kind: str, payload: dict[str, Any]) -> bytes:
     return f"event: {kind}\ndata: {json.dumps(payload, separators=(',', ':'))}\n\n".encode()
 
 
-def _anthropic_error(status: int, message: str) -> JSONResponse:
+def _anthropic_error(
+    status: int, message: str, *, param: str | None = None, code: str | None = None
+) -> JSONResponse:
+    """An error answer in Anthropic's shape (which has no ``param`` or ``code``)."""
     kinds = {
         400: "invalid_request_error",
         401: "authentication_error",
@@ -71,22 +75,10 @@ class MockSurfaces(MockRoutes):
     async def _read(
         self, request: Request, anthropic_errors: bool
     ) -> tuple[dict[str, Any], float] | Response:
-        fail = (
-            _anthropic_error if anthropic_errors else (lambda status, message: error_answer(status, message))
-        )
-        delay_s = self.first_byte_delay_s
-        raw_delay = request.headers.get("x-mock-delay-ms")
-        if raw_delay is not None:
-            try:
-                delay_s = max(0.0, float(raw_delay) / 1000)
-            except ValueError:
-                return fail(400, "x-mock-delay-ms must be a number of milliseconds")
-        forced = request.headers.get("x-mock-status")
-        if forced is not None:
-            if not forced.isdigit() or not 400 <= int(forced) <= 599:
-                return fail(400, "x-mock-status must be an HTTP error status (400-599)")
-            await asyncio.sleep(delay_s)
-            return fail(int(forced), f"mock: forced status {forced}")
+        fail: Fail = _anthropic_error if anthropic_errors else error_answer
+        delay_s = await self.controlled(request.headers, fail)
+        if isinstance(delay_s, Response):
+            return delay_s
         try:
             body = json.loads(await request.body())
         except (ValueError, UnicodeDecodeError) as exc:
@@ -277,7 +269,7 @@ def _model(body: dict[str, Any], default: str) -> str:
 
 
 def _plain(view: list[Message]) -> list[Message]:
-    return [{k: v for k, v in m.items() if k != REF} for m in view]
+    return [{k: v for k, v in m.items() if k != VIEW_REF} for m in view]
 
 
 def _received(body: dict[str, Any]) -> list[Message]:

@@ -121,24 +121,9 @@ class MockUpstream(MockRoutes):
     """Request handlers of the mock, configured once per app."""
 
     async def chat_completions(self, request: Request) -> Response:
-        delay_s = self.first_byte_delay_s
-        raw_delay = request.headers.get("x-mock-delay-ms")
-        if raw_delay is not None:
-            try:
-                delay_s = max(0.0, float(raw_delay) / 1000)
-            except ValueError:
-                return error_answer(
-                    400, "x-mock-delay-ms must be a number of milliseconds", param="x-mock-delay-ms"
-                )
-        forced = request.headers.get("x-mock-status")
-        if forced is not None:
-            if not forced.isdigit() or not 400 <= int(forced) <= 599:
-                return error_answer(
-                    400, "x-mock-status must be an HTTP error status (400-599)", param="x-mock-status"
-                )
-            await asyncio.sleep(delay_s)
-            return error_answer(int(forced), f"mock: forced status {forced}", code="mock_forced_status")
-
+        delay_s = await self.controlled(request.headers, error_answer)
+        if isinstance(delay_s, Response):
+            return delay_s
         try:
             body = json.loads(await request.body())
         except (ValueError, UnicodeDecodeError) as exc:

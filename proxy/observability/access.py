@@ -2,7 +2,10 @@
 
 :meth:`proxy.observability.metrics.Metrics.finish` counts an exchange and writes its line on the logger
 ``history_proxy.access`` at INFO: the message is the fields as compact JSON, and the same fields
-ride on the record as ``record.access`` for the formatters of :mod:`proxy.observability.logs`.
+ride on the record as ``record.access`` for the formatters of :mod:`proxy.observability.logs`
+(:func:`write_access_line`). The handlers fill an :class:`Exchange` phase by phase, one method per
+phase (``identified``, ``routed``, ``read``, ``shaped``, ``attempt_sent``, ``answer_started``,
+``relayed``, ``ended``, ...); only this module assigns its fields (tests/test_architecture.py).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -18,7 +22,7 @@ from typing import Any
 from proxy.core.identity import Identity
 from proxy.core.refetch import refetch_count
 from proxy.core.usage import CacheUsage
-from proxy.observability.logs import redact
+from proxy.observability.logs import JsonMessage, redact
 from proxy.pipeline.run import PipelineResult
 
 access_log = logging.getLogger("history_proxy.access")
@@ -29,6 +33,26 @@ _SANE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _IDS_PER_DRAW = 256
 _fresh_ids: list[str] = []
 os.register_at_fork(after_in_child=_fresh_ids.clear)  # a forked worker must never reuse its parent's ids
+
+
+def write_access_line(fields: dict[str, Any]) -> None:
+    """``access_log.info(JsonMessage(fields), extra={"access": fields})`` from the caller's line.
+
+    The same record as ``info`` makes, without ``findCaller``'s walk up the stack: the caller is
+    known (:meth:`proxy.observability.metrics.Metrics.finish`), and ``logging._srcfile = None`` still
+    turns the lookup off. The one use of the private ``logging._srcfile`` (tests/test_private_apis.py).
+    """
+    if not logging._srcfile:  # as Logger._log tests it
+        where: tuple[str, int, str] = ("(unknown file)", 0, "(unknown function)")
+    else:
+        caller = sys._getframe(1)
+        where = (caller.f_code.co_filename, caller.f_lineno, caller.f_code.co_name)
+    filename, line, function = where
+    message, extra = JsonMessage(fields), {"access": fields}
+    record = access_log.makeRecord(
+        access_log.name, logging.INFO, filename, line, message, (), None, function, extra
+    )
+    access_log.handle(record)
 
 
 def fresh_request_id() -> str:
@@ -116,6 +140,83 @@ class Exchange:
     """The token budget a request refused as too long was fitted to and sent again with."""
     trace: Any = None
     """The model call's spans (:class:`proxy.observability.spans.RequestTrace`) when telemetry is on."""
+
+    # --- the request's phases, each recording its facts in one call (nothing else writes a field) ---
+
+    def traced(self, trace: Any) -> None:
+        """Telemetry is on and this is a model call: ``trace`` holds its spans."""
+        self.trace = trace
+
+    def identified(self, identity: Identity) -> Identity:
+        """The caller is known (role, agent, tenant); ``identity`` is handed back."""
+        self.identity = identity
+        return identity
+
+    def routed(self, model: str | None, upstream: str | None) -> None:
+        """The model the body names and the first upstream it goes to (``None``: nothing is forwarded)."""
+        self.model = model
+        self.upstream = upstream
+
+    def read(self, body: dict[str, Any], *, keep: bool) -> None:
+        """The body is parsed: whether the client asked for a stream; the body itself kept when ``keep``
+        (``log_bodies: true``)."""
+        self.stream = body.get("stream") is True
+        if keep:
+            self.body = body
+
+    def shaped(self, result: PipelineResult) -> PipelineResult:
+        """The chain ran: what it did (handed back)."""
+        self.result = result
+        return result
+
+    def attempt_sent(self) -> None:
+        """A request went upstream now (the first send, or the fitted one after a refusal for length)."""
+        self.upstream_started = time.perf_counter()
+
+    def refitted(self, budget: int) -> None:
+        """The upstream refused the request as too long; it was fitted to ``budget`` tokens and sent again."""
+        self.overflow_retry = budget
+
+    def answer_started(self, upstream: str, attempts: int, status: int) -> None:
+        """The upstream that answered, after how many attempts, and its status."""
+        self.upstream = upstream
+        self.attempts = attempts
+        self.status = status
+
+    def overhead(self, waited_ms: float) -> float:
+        """The time spent in the proxy so far, less ``waited_ms`` waiting on the upstream (recorded, and
+        handed back in milliseconds)."""
+        self.overhead_ms = self.elapsed_ms() - waited_ms
+        return self.overhead_ms
+
+    def stream_opened(self) -> bool:
+        """A streamed answer starts being relayed: ``True`` the first time, if the request is not over."""
+        if self.streaming or self.finished:
+            return False
+        self.streaming = True
+        return True
+
+    def relayed(
+        self, *, broken: bool, first_byte_at: float | None, usage: CacheUsage | None, status: int | None
+    ) -> None:
+        """The answer's body was relayed: whether it broke off, when its first byte came, the usage the
+        upstream reported, and ``status`` when it replaces the upstream's (the client left early)."""
+        self.broken = broken
+        self.first_byte_at = first_byte_at
+        self.usage = usage
+        if status is not None:
+            self.status = status
+
+    def ended(self, status: int | None = None) -> bool:
+        """The request is over (with ``status`` when the proxy answered it): ``False`` if it already was."""
+        if self.finished:
+            return False
+        self.finished = True
+        if status is not None:
+            self.status = status
+        return True
+
+    # --- what the phases add up to -----------------------------------------------------------------
 
     def elapsed_ms(self) -> float:
         return (time.perf_counter() - self.started) * 1000

@@ -81,7 +81,7 @@ class _CountingExporter(SpanExporter):
         return self._inner.force_flush(timeout_millis)
 
 
-class _Batch(BatchSpanProcessor):
+class BoundedBatchSpanProcessor(BatchSpanProcessor):
     """The SDK's batch processor, dropping (and counting) a span at once when its queue is full.
 
     The SDK would drop the oldest span and log a warning for each one: a log record per span on
@@ -126,6 +126,6 @@ def start_tracer(config: TelemetryConfig, registry: CollectorRegistry) -> tuple[
     sampler = None if config.sample_ratio is None else ParentBased(TraceIdRatioBased(config.sample_ratio))
     provider = TracerProvider(resource=resource, sampler=sampler)  # sampler None: OTEL_TRACES_SAMPLER
     exporter = _CountingExporter(_WireExporter(endpoint=config.endpoint), dropped, exported)
-    provider.add_span_processor(_Batch(exporter, dropped))
+    provider.add_span_processor(BoundedBatchSpanProcessor(exporter, dropped))
     log.info("telemetry on: %s, service.name %s", config.describe(), name)
     return provider.get_tracer("history_proxy", schema_url=SCHEMA_URL), provider

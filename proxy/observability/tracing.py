@@ -48,7 +48,7 @@ class Telemetry:
     def begin(self, exchange: Exchange, headers: Mapping[str, str], config: Config) -> Exchange:
         """Start the span of ``exchange`` when it is a model call and telemetry is on."""
         if self.tracer is not None and self._trace is not None and surface_of(exchange.path) is not None:
-            exchange.trace = self._trace(self.tracer, exchange, headers, config, latest=self._latest)
+            exchange.traced(self._trace(self.tracer, exchange, headers, config, latest=self._latest))
         return exchange
 
     @staticmethod

@@ -1,7 +1,10 @@
-"""The figures of the token report, before and after the chain (messages, tokens, tokens by role).
+"""The token report: its head (who, where, the chain, before and after, each filter) and the
+figures of each side (messages, tokens, tokens by role).
 
-Split from :mod:`proxy.pipeline.run`, which decides what is sent; this module only counts what it is
-handed, through the request's :class:`~proxy.core.tokens.TokenCounter`.
+Split from :mod:`proxy.pipeline.run`, which decides what is sent; this module only writes and counts
+what it is handed, through the request's :class:`~proxy.core.tokens.TokenCounter`. Every report
+starts as :func:`report_head` writes it, the chain's (:mod:`proxy.pipeline.run`) and that of a
+request forwarded unshaped (:func:`proxy.surfaces._view.unfiltered`) alike.
 """
 
 from __future__ import annotations
@@ -9,9 +12,35 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from proxy.core.identity import Identity
 from proxy.core.messages import Message
 from proxy.core.tokens import TokenCounter
 from proxy.core.validation import check_messages
+
+
+def report_head(
+    identity: Identity,
+    model: str | None,
+    upstream: str | None,
+    chain: list[str],
+    before: dict[str, Any],
+    after: dict[str, Any],
+    filters: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The fields every report opens with, in this order; the caller adds ``limit``,
+    ``failed_filter``, ``notes``, ``mode`` and ``forwarded`` where they apply."""
+    return {
+        "role": identity.role,
+        "agent": identity.agent,
+        "tenant": identity.tenant,
+        "phase": identity.phase,
+        "model": model,
+        "upstream": upstream,
+        "chain": chain,
+        "before": before,
+        "after": after,
+        "filters": filters,
+    }
 
 
 def by_role(messages: Sequence[Message], counts: Sequence[int]) -> dict[str, int]:

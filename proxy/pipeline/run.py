@@ -33,7 +33,7 @@ from proxy.core.validation import check_messages, message_list, request_messages
 from proxy.core.windows import output_reserve, window_of
 from proxy.errors import FilterError, InvalidRequestError, PayloadTooLargeError
 from proxy.filters.base import Filter, FilterContext, Summarizer
-from proxy.pipeline.report import checked_side, side
+from proxy.pipeline.report import checked_side, report_head, side
 from proxy.pipeline.scope import caller_summarizer
 
 __all__ = ["FilterOutcome", "Pipeline", "PipelineResult", "request_messages"]
@@ -326,18 +326,8 @@ class Pipeline:
         resolved: _Resolved,
         failed: str | None,
     ) -> dict[str, Any]:
-        report: dict[str, Any] = {
-            "role": identity.role,
-            "agent": identity.agent,
-            "tenant": identity.tenant,
-            "phase": identity.phase,
-            "model": ctx.model,
-            "upstream": ctx.upstream,
-            "chain": list(resolved.names),
-            "before": before,
-            "after": after,
-            "filters": [o.__dict__ for o in outcomes],
-        }
+        filters = [o.__dict__ for o in outcomes]
+        report = report_head(identity, ctx.model, ctx.upstream, list(resolved.names), before, after, filters)
         limits = [b for f in resolved.budgeted if (b := _budget(f, ctx)) is not None]
         if limits:
             limit = min(limits)

@@ -149,7 +149,7 @@ class _Proxy(Forwarder):
         """Re-read the config file (admin tenants only); a bad file is a 400 and changes nothing."""
         call = Call.of(request)
         exchange = self.begin(call)
-        exchange.identity = Identity(role="admin", tenant=authorize_admin(call.state.config, call.headers))
+        exchange.identified(Identity(role="admin", tenant=authorize_admin(call.state.config, call.headers)))
         answer = await self.reloader.answer()
         self.finish(exchange, 200)
         return JSONResponse(answer, headers={"x-request-id": exchange.request_id})

@@ -29,9 +29,6 @@ from proxy.upstream.reply import UpstreamReply
 if TYPE_CHECKING:
     from proxy.server.reload import ServingState
 
-SURFACE_KEY = "surface"
-"""``scope["state"]`` key naming the API surface whose error shape a request's errors take."""
-
 
 class Call:
     """One HTTP request as the handlers read it, taken from the ASGI scope once."""

@@ -40,27 +40,27 @@ class Forwarder:
 
     def identify(self, call: Call, exchange: Exchange) -> Identity:
         """The caller's identity (role, agent, tenant), recorded on ``exchange``."""
-        exchange.identity = resolve_identity(call.state.config, call.headers)
-        return exchange.identity
+        return exchange.identified(resolve_identity(call.state.config, call.headers))
 
     def finish(self, exchange: Exchange, status: int | None = None) -> None:
         """Count and log the request once, however it ended."""
         self.metrics.finish(exchange, status)
 
-    def route(self, call: Call, body: dict[str, Any], exchange: Exchange) -> list[str]:
-        """The upstreams to try for ``body``'s model that the caller's key may reach (else 403)."""
-        exchange.model = self.metrics.telemetry.requested(exchange, body)
-        names = reachable_upstreams(
-            call.state.config, call.headers, call.state.config.route(exchange.model or "")
-        )
-        exchange.upstream = names[0]
+    def route(
+        self, call: Call, body: dict[str, Any], exchange: Exchange, *, forward: bool = True
+    ) -> list[str]:
+        """The upstreams to try for ``body``'s model that the caller's key may reach (else 403); with
+        ``forward=False`` (a preview) the request is recorded as going to none of them."""
+        model = self.metrics.telemetry.requested(exchange, body)
+        names = reachable_upstreams(call.state.config, call.headers, call.state.config.route(model or ""))
+        exchange.routed(model, names[0] if forward else None)
         return names
 
     async def open(
         self, call: Call, exchange: Exchange, path: str, names: list[str], body: Body, sent: Headers = None
     ) -> UpstreamReply:
         """Send the request upstream: ``sent`` headers (default: the client's) and this hop's forwarding."""
-        exchange.upstream_started = time.perf_counter()
+        exchange.attempt_sent()
         client = call.scope.get("client")
         headers = forwarded_headers(
             call.header_items if sent is None else sent,
@@ -74,8 +74,7 @@ class Forwarder:
 
     async def respond(self, reply: UpstreamReply, exchange: Exchange, extra: dict[str, str]) -> Outgoing:
         """The upstream's answer for the client: relayed, or read whole and sent in one write."""
-        exchange.upstream, exchange.attempts = reply.upstream, reply.attempts
-        exchange.status = reply.status_code
+        exchange.answer_started(reply.upstream, reply.attempts, reply.status_code)
         waited_ms = reply.wait_ms
         response: Outgoing
         if reply.ok and (exchange.stream or not reply.is_whole_json):
@@ -86,9 +85,9 @@ class Forwarder:
             read_started = time.perf_counter()
             response = Whole(reply.status_code, await reply.read())
             waited_ms += (time.perf_counter() - read_started) * 1000
-        exchange.overhead_ms = exchange.elapsed_ms() - waited_ms
+        overhead_ms = exchange.overhead(waited_ms)
         if extra:
-            extra = {**extra, "x-history-overhead-ms": f"{exchange.overhead_ms:.2f}"}
+            extra = {**extra, "x-history-overhead-ms": f"{overhead_ms:.2f}"}
         ours = {**extra, "x-request-id": exchange.request_id}  # these replace the upstream's own
         headers = response.headers  # only content-length so far
         for name, value in reply.headers:
@@ -103,9 +102,10 @@ class Forwarder:
         return response
 
     def _streamed(self, reply: UpstreamReply, exchange: Exchange) -> None:
-        exchange.broken = reply.broken
-        exchange.first_byte_at = reply.first_byte_at
-        exchange.usage = reply.usage
-        if not reply.complete and not reply.broken:
-            exchange.status = CLIENT_CLOSED
+        exchange.relayed(
+            broken=reply.broken,
+            first_byte_at=reply.first_byte_at,
+            usage=reply.usage,
+            status=CLIENT_CLOSED if not reply.complete and not reply.broken else None,
+        )
         self.finish(exchange)

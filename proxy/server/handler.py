@@ -91,9 +91,7 @@ async def _shaped(
     body = await read_request(call, surface.history)
     names = fwd.route(call, body, exchange)
     check_speaks(config, surface, names)
-    exchange.stream = body.get("stream") is True
-    if config.log_bodies:
-        exchange.body = body
+    exchange.read(body, keep=config.log_bodies)
     memo = None if surface.body_is_view else call.state.views.for_tenant(identity.tenant)
     shaped = await counted_off_loop(
         lambda: shape(surface, pipeline, body, identity, names[0], memo), body, fwd.tokens
@@ -101,7 +99,7 @@ async def _shaped(
     if memo is not None and memo.max_messages:  # tenants never share a memo entry
         fwd.metrics.observe_memo(surface.name, shaped.reused, shaped.converted, memo.held)
     content = encode_json(shaped.body)
-    kept = exchange.result = shaped.result.without_messages()
+    kept = exchange.shaped(shaped.result.without_messages())
     marks = config.upstreams[names[0]].cache_control
     if all(config.upstreams[name].cache_control == marks for name in names[1:]):
         return names, content, kept
@@ -120,15 +118,15 @@ async def preview(fwd: Forwarder, call: Call) -> Outgoing:
     exchange = fwd.begin(call)
     identity = fwd.identify(call, exchange)
     body = await read_request(call)
-    names = fwd.route(call, body, exchange)  # the caller's scope, as if forwarded (docs/hardening.md)
-    exchange.upstream = None  # nothing is forwarded
+    # the caller's scope, as if forwarded (docs/hardening.md), recorded as going nowhere
+    names = fwd.route(call, body, exchange, forward=False)
     surface = surface_named(_query_api(call.query), body)
     check_speaks(call.state.config, surface, names[:1])
     pipeline = call.state.pipeline
     shaped = await counted_off_loop(
         lambda: shape(surface, pipeline, body, identity, names[0]), body, pipeline.tokens
     )
-    result = exchange.result = shaped.result
+    result = exchange.shaped(shaped.result)
     headers = {**history_headers(result, identity.role), "x-request-id": exchange.request_id}
     content = encode_json({"body": shaped.body, "report": result.report})  # a lone "\ud800" stays escaped
     answer = Whole(200, content)

@@ -60,7 +60,7 @@ async def retry_if_overflow(
         metrics.observe_overflow(reply.upstream, "unfitted")
         return None
     metrics.observe_overflow(reply.upstream, "retried")
-    exchange.overflow_retry = budget
+    exchange.refitted(budget)
     retried = await send(encode_json(fitted))  # a lone surrogate stays escaped, as on the first send
     return retried, budget
 

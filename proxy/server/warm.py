@@ -25,7 +25,7 @@ from proxy.core.string_counts import LOOP_BUDGET, CountLater
 from proxy.core.tokens import TokenCounter, TokenCounters
 from proxy.server.body import parse_body, read_body
 from proxy.server.edge import Call
-from proxy.surfaces._view import compact_json
+from proxy.surfaces.messages import tool_use_arguments
 
 T = TypeVar("T")
 PARSE_OFF_LOOP_BYTES = 1024 * 1024
@@ -97,7 +97,7 @@ def _long_strings(body: Any) -> list[str]:
                 out.append(value)
         elif isinstance(value, dict):
             if value.get("type") == "tool_use" and "input" in value:
-                arguments = compact_json(value["input"])  # the view's call arguments
+                arguments = tool_use_arguments(value["input"])
                 if len(arguments) >= LONG_STRING:
                     out.append(arguments)
             stack.extend(value.values())

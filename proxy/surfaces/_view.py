@@ -23,6 +23,7 @@ from proxy.core.identity import Identity
 from proxy.core.messages import ANNOTATION_KEYS, Message, text_of
 from proxy.core.summary_input import NATIVE_PART, PLACEHOLDER_URL, VIEW_REF
 from proxy.core.tokens import TokenCounter
+from proxy.pipeline.report import report_head
 from proxy.pipeline.run import Pipeline, PipelineResult
 
 REF = VIEW_REF
@@ -226,6 +227,7 @@ def unfiltered(
     view: View,
     model: str,
     identity: Identity,
+    upstream: str | None,
     surface: str,
     why: str,
 ) -> Shaped:
@@ -234,19 +236,9 @@ def unfiltered(
     tokens = counter.messages(view.messages) if view.messages else 0
     side = {"messages": len(view.messages), "tokens": tokens}
     note = f"{HISTORY_AT_PROVIDER}:{why}"
-    report: dict[str, Any] = {
-        "role": identity.role,
-        "agent": identity.agent,
-        "tenant": identity.tenant,
-        "phase": identity.phase,
-        "model": model,
-        "chain": [],
-        "before": side,
-        "after": dict(side),
-        "filters": [],
-        "notes": [*identity.notes, note],
-        "mode": "enforce",
-    }
+    report = report_head(identity, model, upstream, [], side, dict(side), [])
+    report["notes"] = [*identity.notes, note]
+    report["mode"] = "enforce"
     _annotate(report, model, surface)
     result = PipelineResult(
         body=body,

@@ -43,11 +43,17 @@ from proxy.surfaces._view import (
 )
 from proxy.surfaces.marks import UNMARKABLE, marks_in
 from proxy.surfaces.memo import Remembered, ViewMemo, conversation_key, matched
-from proxy.surfaces.messages_check import fault as _fault
+from proxy.surfaces.messages_check import refuse_anthropic_messages
 from proxy.surfaces.messages_pinned import omitted_at, with_pinned
 
 SURFACE = "messages"
 OMITTED = "(earlier messages were left out by history-proxy)"
+
+
+def tool_use_arguments(tool_input: Any) -> str:
+    """A ``tool_use`` block's ``input`` as the view's call arguments: compact JSON, sorted keys (what
+    is counted for it, and what :mod:`proxy.server.warm` counts ahead of a large request)."""
+    return compact_json(tool_input)
 
 
 def _blocks(content: Any) -> list[dict[str, Any]]:
@@ -56,7 +62,7 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
 
 def to_view(body: dict[str, Any], counter: TokenCounter | None = None, memo: ViewMemo | None = None) -> View:
     """The request as chat messages for the chain (``messages`` checked as
-    :func:`proxy.surfaces.messages_check.message_list` does).
+    :func:`proxy.surfaces.messages_check.anthropic_messages` does).
 
     Each view message is counted by the chat recipe as it is built, with ``counter``'s strings (an
     approximate counter of its own when none is given), so the pipeline does not walk it again. With
@@ -64,7 +70,7 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None, memo: Vie
     """
     natives = body.get("messages")
     if not isinstance(natives, list) or not natives:
-        _fault(body)
+        refuse_anthropic_messages(body)
     counter = counter or TokenCounter(approximate_length)
     known, count = counter.known.get, counter.text
     base = {role: TOKENS_PER_MESSAGE + count(role) for role in ("system", "user", "assistant", "tool")}
@@ -76,7 +82,7 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None, memo: Vie
     for i, message in enumerate(natives[start:], start):
         spans.append(len(units))
         if message.__class__ is not dict and not isinstance(message, dict):
-            _fault(body)
+            refuse_anthropic_messages(body)
         role = message.get("role")
         content = message.get("content")
         if content.__class__ is str and (role == "user" or role == "assistant"):
@@ -142,13 +148,13 @@ def _blocks_checked(
     added to the view as it is (the pipeline checks and counts it) and is not."""
     if content.__class__ is not list:
         if not isinstance(content, str | list):
-            _fault(body)
+            refuse_anthropic_messages(body)
         if isinstance(content, str):
             view.add({"role": role, "content": content}, Unit(role, i))
             return False
     for block in content:
         if block.__class__ is not dict and not isinstance(block, dict):
-            _fault(body)
+            refuse_anthropic_messages(body)
     return True
 
 
@@ -210,7 +216,7 @@ def _assistant_view(content: list[dict[str, Any]], ref: int, counter: TokenCount
             name, call_id = block.get("name", ""), block.get("id", "")
             if name.__class__ is not str:
                 name = str(name)
-            arguments = compact_json(block.get("input", {}))
+            arguments = tool_use_arguments(block.get("input", {}))
             tokens += (known(name) or count(name)) + (known(arguments) or count(arguments))
             calls.append(
                 {

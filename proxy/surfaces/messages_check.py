@@ -5,6 +5,10 @@ message Anthropic's API gives for the same mistake (``messages: Field required``
 ``messages.1.content: Input should be a valid list``), so clients that match on the wording (Claude
 Code's fallbacks do) behave as they would against the API itself. Roles other than user and
 assistant are not refused: :mod:`proxy.surfaces.messages_pinned` carries them through.
+
+Chat completions have their own validator, :func:`proxy.core.validation.request_messages`, with
+OpenAI's wording and OpenAI's rules (every message checked, an unknown role refused): the two differ
+on purpose, each as strict as its provider and no stricter, and share no name.
 """
 
 from __future__ import annotations
@@ -14,12 +18,16 @@ from typing import Any, NoReturn
 from proxy.errors import InvalidRequestError
 
 
-def message_list(body: dict[str, Any]) -> list[dict[str, Any]]:
-    """The ``messages`` list, checked: 400s worded as Anthropic's for the first field at fault.
+def anthropic_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ``messages`` list of a Messages body, checked: 400s worded as Anthropic's for the first
+    field at fault.
 
     Only what the adapter cannot read is refused (what Anthropic refuses too): ``messages`` missing,
     not a list or empty; a message that is not an object; a user or assistant message whose
-    ``content`` is neither a string nor a list of blocks. Any other role passes (:mod:`proxy.surfaces.messages_pinned`).
+    ``content`` is neither a string nor a list of blocks. Any other role passes
+    (:mod:`proxy.surfaces.messages_pinned`), where the chat validator
+    (:func:`proxy.core.validation.request_messages`) refuses roles OpenAI does not know: Anthropic's
+    rules and wording here, OpenAI's there, neither stricter than its upstream.
     """
     messages = body.get("messages")
     if messages is None:
@@ -53,7 +61,7 @@ def message_list(body: dict[str, Any]) -> list[dict[str, Any]]:
     return messages
 
 
-def fault(body: dict[str, Any]) -> NoReturn:
-    """The 400 naming the first message at fault (``body`` has one)."""
-    message_list(body)
-    raise AssertionError("message_list found no fault")
+def refuse_anthropic_messages(body: dict[str, Any]) -> NoReturn:
+    """Raise the 400 naming the first message at fault (``body`` has one: the adapter met it)."""
+    anthropic_messages(body)
+    raise AssertionError("anthropic_messages found no fault")

@@ -42,7 +42,7 @@ def provider_held(
     filters = history_free_filters(pipeline, identity)
     sent = through_history_free(pipeline, filters, view.messages, identity, model, upstream, body)
     rebuilt = body if sent is view.messages else responses.rebuild(body, view, sent)
-    shaped = unfiltered(pipeline, body, view, model, identity, "responses", why)
+    shaped = unfiltered(pipeline, body, view, model, identity, upstream, "responses", why)
     if rebuilt is not body and rebuilt != body:  # an edit of the instructions alone rebuilds the same items
         shaped = noted(shaped, rebuilt, NEW_ITEMS_FILTERED, filters)
     return instructions_through_policy(pipeline, shaped, identity, model, upstream)

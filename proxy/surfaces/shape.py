@@ -110,7 +110,7 @@ async def shape(
     if state is not None:
         return provider_held(pipeline, body, view, model, identity, upstream, state)
     if not view.messages:  # nothing a chain may shape: forwarded as it came, the upstream judges
-        shaped = _unshaped(surface, pipeline, body, view, model, identity)
+        shaped = _unshaped(surface, pipeline, body, view, model, identity, upstream)
         return _through_policy(surface, pipeline, shaped, identity, model, upstream)
     validate = surface.validate
     shaped = await run_view(
@@ -140,10 +140,16 @@ def _through_policy(
 
 
 def _unshaped(
-    surface: Surface, pipeline: Pipeline, body: dict[str, Any], view: Any, model: str, identity: Identity
+    surface: Surface,
+    pipeline: Pipeline,
+    body: dict[str, Any],
+    view: Any,
+    model: str,
+    identity: Identity,
+    upstream: str | None,
 ) -> Shaped:
     """A request whose view is empty, forwarded unfiltered with its surface's note."""
-    shaped = unfiltered(pipeline, body, view, model, identity, surface.name, "")
+    shaped = unfiltered(pipeline, body, view, model, identity, upstream, surface.name, "")
     shaped.result.report["notes"][-1] = surface.empty_note
     return shaped
 

@@ -49,8 +49,13 @@ def test_the_simulator_forgets_a_prefix_unused_for_longer_than_the_ttl() -> None
 
 
 def test_an_upstream_names_a_preset_or_overrides_its_numbers() -> None:
-    assert UpstreamConfig(base_url="http://x", pricing="anthropic").price_model == ANTHROPIC
-    custom = UpstreamConfig(base_url="http://x", pricing={"preset": "anthropic", "ttl_s": 3600, "write": 2.0})
+    assert (
+        UpstreamConfig.model_validate({"base_url": "http://x", "pricing": "anthropic"}).price_model
+        == ANTHROPIC
+    )
+    custom = UpstreamConfig.model_validate(
+        {"base_url": "http://x", "pricing": {"preset": "anthropic", "ttl_s": 3600, "write": 2.0}}
+    )
     assert (custom.price_model.write, custom.price_model.ttl_s, custom.price_model.read) == (2.0, 3600, 0.1)
 
 

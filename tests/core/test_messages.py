@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -203,7 +204,10 @@ def test_has_text_is_false_for_blank_or_missing_content() -> None:
 
 
 def test_map_text_changes_strings_and_text_parts_only_and_returns_new_objects() -> None:
-    parts = [{"type": "text", "text": "abc", "cache_control": {"type": "ephemeral"}}, {"type": "image_url"}]
+    parts: list[dict[str, Any]] = [
+        {"type": "text", "text": "abc", "cache_control": {"type": "ephemeral"}},
+        {"type": "image_url"},
+    ]
     changed = map_text(parts, str.upper)
     assert changed == [
         {"type": "text", "text": "ABC", "cache_control": {"type": "ephemeral"}},

@@ -1,4 +1,4 @@
-"""Re-fetches (SPEC section 9): the newest step's calls that repeat an earlier call whose output the chain hid."""
+"""Re-fetches (docs/cost.md): the newest step's calls that repeat an earlier call whose output the chain hid."""
 
 from __future__ import annotations
 

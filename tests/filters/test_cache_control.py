@@ -13,7 +13,7 @@ from proxy.core.invariants import cache_mark_count, invariant_errors
 from proxy.core.messages import Message
 from proxy.filters.base import FilterContext
 from proxy.filters.cache_control import CacheControl
-from tests.factories import assistant, corpus_body, corpus_files, exchange, system, user
+from tests.factories import assistant, corpus_body, corpus_files, exchange, role_filters, system, user
 
 ROOT = Path(__file__).resolve().parents[2]
 EPHEMERAL = {"type": "ephemeral"}
@@ -149,7 +149,7 @@ def test_every_placed_mark_is_its_own_dict() -> None:
 def test_example_config_enables_the_filter() -> None:
     config = load_config(ROOT / "config" / "examples" / "cache_control.yaml")
     assert config.cache_control is not None
-    assert any(f.type_name == "cache_control" for chain in config.policies.roles.values() for f in chain)
+    assert any(f.type_name == "cache_control" for f in role_filters(config))
     doc = (ROOT / "docs" / "filters" / "cache_control.md").read_text(encoding="utf-8")
     assert doc.startswith("### cache_control")
 

@@ -20,7 +20,7 @@ from proxy.filters.base import Filter, FilterContext
 from proxy.filters.custom import Custom
 from proxy.filters.remove_regex import RemoveRegex
 from proxy.pipeline.run import Pipeline
-from tests.factories import assistant, corpus_body, corpus_files, exchange, user
+from tests.factories import assistant, corpus_body, corpus_files, exchange, role_filters, user
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = "tests.filters.test_custom"
@@ -71,7 +71,7 @@ class BadReturn:
 
 def configured(filter_: dict[str, Any]) -> Any:
     raw = {"upstreams": {"mock": {"base_url": "mock://"}}, "policies": {"roles": {"worker": [filter_]}}}
-    return parse_config(raw).policies.roles["worker"][0]
+    return role_filters(parse_config(raw))[0]
 
 
 def config_errors(filter_: dict[str, Any]) -> list[str]:
@@ -87,7 +87,7 @@ def test_a_filter_subclass_gets_its_params_validated_by_its_own_model() -> None:
 
 
 def test_a_built_in_filter_loaded_by_path_behaves_as_when_named_by_type() -> None:
-    params = {"remove": ["<diff>.*</diff>"], "keep_last": 1}
+    params: dict[str, Any] = {"remove": ["<diff>.*</diff>"], "keep_last": 1}
     custom = configured({"type": "custom", "path": "proxy.filters.remove_regex:RemoveRegex", **params})
     messages = [user("a<diff>x</diff>"), user("b<diff>y</diff>")]
     assert custom.apply(messages, FilterContext()) == RemoveRegex(type="remove_regex", **params).apply(
@@ -172,7 +172,7 @@ def test_the_model_can_be_built_directly() -> None:
 
 def test_example_config_enables_the_filter() -> None:
     config = load_config(ROOT / "config" / "examples" / "custom.yaml")
-    assert any(f.type_name == "custom" for chain in config.policies.roles.values() for f in chain)
+    assert any(f.type_name == "custom" for f in role_filters(config))
     doc = (ROOT / "docs" / "filters" / "custom.md").read_text(encoding="utf-8")
     assert doc.startswith("### custom")
 

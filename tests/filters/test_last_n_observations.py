@@ -22,7 +22,18 @@ from proxy.filters._cost_trigger import request_points
 from proxy.filters._facts import FactsMemo
 from proxy.filters.base import FilterContext
 from proxy.filters.last_n_observations import LastNObservations, NoticeMemo, line_count, observation_positions
-from tests.factories import action, assistant, call, corpus_body, corpus_files, exchange, result, system, user
+from tests.factories import (
+    action,
+    assistant,
+    call,
+    corpus_body,
+    corpus_files,
+    exchange,
+    result,
+    role_filters,
+    system,
+    user,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -278,7 +289,7 @@ def test_a_text_action_conversation_without_annotations_keeps_everything() -> No
 
 def _chain(filter_: dict[str, Any]) -> Any:
     raw = {"upstreams": {"mock": {"base_url": "mock://"}}, "policies": {"roles": {"worker": [filter_]}}}
-    return parse_config(raw).policies.roles["worker"][0]
+    return role_filters(parse_config(raw))[0]
 
 
 def test_n_is_required_and_positive_and_polling_positive() -> None:
@@ -302,9 +313,7 @@ def test_tag_sets_accept_yaml_lists() -> None:
 
 def test_example_config_enables_the_filter() -> None:
     config = load_config(ROOT / "config" / "examples" / "last_n_observations.yaml")
-    assert any(
-        f.type_name == "last_n_observations" for chain in config.policies.roles.values() for f in chain
-    )
+    assert any(f.type_name == "last_n_observations" for f in role_filters(config))
     assert (
         (ROOT / "docs" / "filters" / "last_n_observations.md")
         .read_text(encoding="utf-8")

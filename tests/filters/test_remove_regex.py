@@ -13,7 +13,7 @@ from proxy.core.invariants import invariant_errors
 from proxy.core.messages import Message
 from proxy.filters.base import FilterContext
 from proxy.filters.remove_regex import PLACEHOLDER, RemoveRegex
-from tests.factories import action, assistant, corpus_body, corpus_files, exchange, system, user
+from tests.factories import action, assistant, corpus_body, corpus_files, exchange, role_filters, system, user
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -142,7 +142,7 @@ def test_keep_last_must_not_be_negative() -> None:
 
 def test_example_config_enables_the_filter() -> None:
     config = load_config(ROOT / "config" / "examples" / "remove_regex.yaml")
-    assert any(f.type_name == "remove_regex" for chain in config.policies.roles.values() for f in chain)
+    assert any(f.type_name == "remove_regex" for f in role_filters(config))
     doc = (ROOT / "docs" / "filters" / "remove_regex.md").read_text(encoding="utf-8")
     assert doc.startswith("### remove_regex")
 
@@ -151,7 +151,11 @@ def test_example_config_enables_the_filter() -> None:
 def test_corpus_output_keeps_the_invariants_even_when_every_character_is_removed(path: Path) -> None:
     messages = corpus_body(path.name)["messages"]
     snapshot = copy.deepcopy(messages)
-    for params in [{"remove": [".*"]}, {"remove": [r"\d+", "<diff>.*</diff>"], "keep_last": 3}]:
+    cases: list[dict[str, Any]] = [
+        {"remove": [".*"]},
+        {"remove": [r"\d+", "<diff>.*</diff>"], "keep_last": 3},
+    ]
+    for params in cases:
         out = strip(messages, **params)
         assert messages == snapshot
         assert invariant_errors(out) == {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -156,7 +157,10 @@ def test_empty_and_tool_call_only_messages_have_readable_lines() -> None:
 
 
 def test_text_parts_are_digested_by_their_text() -> None:
-    parts = [{"type": "text", "text": "look at"}, {"type": "image_url", "image_url": {"url": "x"}}]
+    parts: list[dict[str, Any]] = [
+        {"type": "text", "text": "look at"},
+        {"type": "image_url", "image_url": {"url": "x"}},
+    ]
     lines = digest_lines(digest([user(parts), user("now")]), at=0)
     assert lines == ["[0] User: look at"]
 

@@ -323,7 +323,7 @@ def test_invalid_options_are_config_errors(options: dict[str, Any]) -> None:
 
 
 def test_an_upstream_the_config_does_not_name_is_a_config_error() -> None:
-    raw = {
+    raw: dict[str, Any] = {
         "upstreams": {"main": {"base_url": "mock://"}},
         "policies": {"roles": {"planner": [{"type": "summarize", "upstream": "cheap"}]}},
     }
@@ -332,7 +332,7 @@ def test_an_upstream_the_config_does_not_name_is_a_config_error() -> None:
     assert caught.value.errors == [
         "policies: roles.planner[0].upstream names unknown upstream 'cheap'; known upstreams: main"
     ]
-    raw["upstreams"]["cheap"] = {"base_url": "mock://"}  # type: ignore[index]
+    raw["upstreams"]["cheap"] = {"base_url": "mock://"}
     assert parse_config(raw, env={}).policies
 
 

@@ -15,16 +15,27 @@ from proxy.core.messages import Message, tool_call_names
 from proxy.filters.base import FilterContext
 from proxy.filters.last_n_observations import LastNObservations
 from proxy.filters.tag_tool_call_observations import TagToolCallObservations
-from tests.factories import action, call, corpus_body, corpus_files, exchange, parallel, result, system, user
+from tests.factories import (
+    action,
+    call,
+    corpus_body,
+    corpus_files,
+    exchange,
+    parallel,
+    result,
+    role_filters,
+    system,
+    user,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def tag(messages: list[Message], names: set[str], tags: set[str] | None = None) -> list[Message]:
     extra: dict[str, Any] = {} if tags is None else {"tags": tags}
-    return TagToolCallObservations(type="tag_tool_call_observations", function_names=names, **extra).apply(
-        messages, FilterContext()
-    )
+    return TagToolCallObservations(
+        type="tag_tool_call_observations", function_names=frozenset(names), **extra
+    ).apply(messages, FilterContext())
 
 
 def test_results_of_calls_to_the_named_tools_get_the_keep_output_tag() -> None:
@@ -110,9 +121,7 @@ def test_function_names_are_required_and_not_empty() -> None:
 
 def test_example_config_enables_the_filter() -> None:
     config = load_config(ROOT / "config" / "examples" / "tag_tool_call_observations.yaml")
-    assert any(
-        f.type_name == "tag_tool_call_observations" for chain in config.policies.roles.values() for f in chain
-    )
+    assert any(f.type_name == "tag_tool_call_observations" for f in role_filters(config))
     doc = (ROOT / "docs" / "filters" / "tag_tool_call_observations.md").read_text(encoding="utf-8")
     assert doc.startswith("### tag_tool_call_observations")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -27,7 +28,7 @@ def truncate(messages: list[Message], **params: object) -> list[Message]:
     )
 
 
-def tool_contents(messages: list[Message]) -> list[object]:
+def tool_contents(messages: list[Message]) -> list[Any]:
     return [m["content"] for m in messages if m["role"] == "tool"]
 
 

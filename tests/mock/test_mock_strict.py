@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import httpx2
 import openai
 import pytest
 
@@ -70,7 +71,10 @@ def test_an_orphan_tool_message_is_openais_400(messages: list[dict[str, Any]]) -
 
 def test_the_openai_sdk_sees_the_orphan_as_its_bad_request_error() -> None:
     client = openai.OpenAI(
-        base_url="http://mock/v1", api_key="k", max_retries=0, http_client=httpx.Client(transport=_SyncASGI())
+        base_url="http://mock/v1",
+        api_key="k",
+        max_retries=0,
+        http_client=httpx2.Client(transport=_SyncASGI()),
     )
     with pytest.raises(openai.BadRequestError, match="must be a response to a preceeding message"):
         client.chat.completions.create(
@@ -82,10 +86,10 @@ def test_the_openai_sdk_sees_the_orphan_as_its_bad_request_error() -> None:
         )
 
 
-class _SyncASGI(httpx.BaseTransport):
-    """The mock app behind a synchronous transport (the SDK's sync client)."""
+class _SyncASGI(httpx2.BaseTransport):
+    """The mock app behind a synchronous transport of httpx2 (the HTTP stack of the SDK's sync client)."""
 
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         answer = send(
             create_mock_app(),
             request.method,
@@ -93,7 +97,7 @@ class _SyncASGI(httpx.BaseTransport):
             content=request.read(),
             headers=request.headers,
         )
-        return httpx.Response(answer.status_code, headers=answer.headers, content=answer.content)
+        return httpx2.Response(answer.status_code, headers=answer.headers, content=answer.content)
 
 
 @pytest.mark.parametrize("kind", ["function_call_output", "custom_tool_call_output"])

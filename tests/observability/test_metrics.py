@@ -20,6 +20,8 @@ import httpx
 import pytest
 import respx
 from prometheus_client.parser import text_string_to_metric_families
+from starlette.types import Message as AsgiMessage
+from starlette.types import Scope
 
 from proxy.config.loading import parse_config
 from proxy.config.models import Config
@@ -27,7 +29,7 @@ from proxy.core.identity import Identity
 from proxy.core.messages import Message
 from proxy.core.tokens import TokenCounters
 from proxy.filters.base import FilterContext
-from proxy.observability import metrics
+from proxy.observability import collectors
 from proxy.pipeline.run import Pipeline
 from proxy.server.app import create_app
 from tests.factories import action, result, system, user
@@ -141,7 +143,7 @@ async def test_known_traffic_is_counted_by_role_upstream_and_status(mocked: resp
 async def test_counts_stay_right_past_the_number_of_label_sets_remembered(
     mocked: respx.MockRouter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(metrics, "CHILDREN_KEPT", 1)
+    monkeypatch.setattr(collectors, "CHILDREN_KEPT", 1)
     mocked.post(f"{MAIN}/chat/completions").mock(return_value=httpx.Response(200, json=COMPLETION))
     body = {"model": "gpt-4o", "messages": worker_conversation()}
     async with serve(make_config()) as client:
@@ -227,19 +229,19 @@ async def test_a_stream_counts_as_in_flight_until_it_ends(mocked: respx.MockRout
     app = create_app(make_config())
     body = json.dumps({"model": "gpt-4o", "messages": [user("hi")], "stream": True}).encode()
     started = anyio.Event()
-    sent = [{"type": "http.request", "body": body, "more_body": False}]
+    sent: list[AsgiMessage] = [{"type": "http.request", "body": body, "more_body": False}]
 
-    async def receive() -> dict[str, Any]:
+    async def receive() -> AsgiMessage:
         if sent:
             return sent.pop()
         await anyio.sleep_forever()
         raise AssertionError("unreachable")
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: AsgiMessage) -> None:
         if message["type"] == "http.response.body" and message.get("body"):
             started.set()
 
-    scope = {
+    scope: Scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",

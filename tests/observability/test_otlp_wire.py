@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as sdk_encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
@@ -26,8 +28,8 @@ class Keep(SpanExporter):
     def __init__(self) -> None:
         self.spans: list[ReadableSpan] = []
 
-    def export(self, spans: object) -> SpanExportResult:
-        self.spans.extend(spans)  # type: ignore[arg-type]
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.spans.extend(spans)
         return SpanExportResult.SUCCESS
 
 

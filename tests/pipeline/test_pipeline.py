@@ -75,7 +75,7 @@ class NotAList(Filter):
     type: Literal["not_a_list"] = "not_a_list"
 
     def apply(self, messages: list[Message], ctx: FilterContext) -> list[Message]:
-        return tuple(messages)  # type: ignore[return-value]
+        return tuple(messages)  # type: ignore[return-value]  # on purpose: the pipeline must refuse it
 
 
 class NeedsPhase(Filter):
@@ -94,7 +94,7 @@ class Budgeted(Filter):
     def apply(self, messages: list[Message], ctx: FilterContext) -> list[Message]:
         return list(messages)
 
-    def budget(self) -> int | None:
+    def budget(self, ctx: FilterContext | None = None) -> int | None:
         return self.limit
 
 

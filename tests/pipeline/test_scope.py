@@ -9,6 +9,7 @@ import pytest
 from proxy.core.identity import Identity
 from proxy.core.messages import Message
 from proxy.errors import ForbiddenError
+from proxy.filters.base import Summarizer
 from proxy.pipeline.scope import caller_summarizer
 from proxy.summaries.cache import CachingSummarizer, summary_key
 
@@ -31,8 +32,8 @@ class Counting:
         return "a summary"
 
 
-def summarize(summarizer: object, identity: Identity, upstream: str = "openai") -> str:
-    scoped = caller_summarizer(summarizer, identity)  # type: ignore[arg-type]
+def summarize(summarizer: Summarizer, identity: Identity, upstream: str = "openai") -> str:
+    scoped = caller_summarizer(summarizer, identity)
     assert scoped is not None
     return asyncio.run(scoped.summarize(MESSAGES, model="m", upstream=upstream, prompt="p", timeout_s=5))
 

@@ -90,11 +90,13 @@ CONVERSATION = build_conversation()
 
 def conversation() -> list[Message]:
     """The same worker conversation every time (fresh dicts, so no test can change another's)."""
-    return json.loads(json.dumps(CONVERSATION))  # type: ignore[no-any-return]
+    fresh: list[Message] = json.loads(json.dumps(CONVERSATION))
+    return fresh
 
 
 def forwarded_messages(route: respx.Route) -> list[Message]:
-    return json.loads(route.calls.last.request.content)["messages"]  # type: ignore[no-any-return]
+    forwarded: list[Message] = json.loads(route.calls.last.request.content)["messages"]
+    return forwarded
 
 
 def without_annotations(messages: list[Message]) -> list[Message]:

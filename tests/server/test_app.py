@@ -1,4 +1,4 @@
-"""The HTTP surface (SPEC section 2) as a raw HTTP client sees it; the upstream is behind respx."""
+"""The HTTP surface (docs/http.md) as a raw HTTP client sees it; the upstream is behind respx."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ import anyio
 import httpx
 import pytest
 import respx
+from starlette.types import Message as AsgiMessage
+from starlette.types import Scope
 
 from proxy.config.loading import parse_config
 from proxy.core.messages import Message
@@ -48,7 +50,7 @@ def worker_conversation() -> list[Message]:
 
 
 def error_of(response: httpx.Response) -> dict[str, Any]:
-    body = response.json()
+    body: dict[str, dict[str, Any]] = response.json()
     assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}
     return body["error"]
 
@@ -165,21 +167,21 @@ async def test_a_client_leaving_mid_stream_closes_the_upstream_answer(
     caplog.set_level(logging.INFO, logger="history_proxy.access")
     body = json.dumps(chat(stream=True)).encode()
     first_chunk_sent = anyio.Event()
-    requests = [{"type": "http.request", "body": body, "more_body": False}]
+    requests: list[AsgiMessage] = [{"type": "http.request", "body": body, "more_body": False}]
 
-    async def receive() -> dict[str, Any]:
+    async def receive() -> AsgiMessage:
         if requests:
             return requests.pop()
         await first_chunk_sent.wait()
         return {"type": "http.disconnect"}
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: AsgiMessage) -> None:
         if message["type"] == "http.response.body" and message.get("body"):
             if first_chunk_sent.is_set() and spec_version == "2.4":
                 raise OSError("connection lost")  # how servers speaking ASGI 2.4 report a gone client
             first_chunk_sent.set()
 
-    scope = {
+    scope: Scope = {
         "type": "http",
         "asgi": {"version": "3.0", "spec_version": spec_version},
         "http_version": "1.1",

@@ -72,7 +72,7 @@ def status_of(answer: bytes) -> int:
 
 
 def error_of(answer: bytes) -> dict[str, Any]:
-    body: dict[str, Any] = json.loads(answer.partition(b"\r\n\r\n")[2])
+    body: dict[str, dict[str, Any]] = json.loads(answer.partition(b"\r\n\r\n")[2])
     return body["error"]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from starlette.types import Scope
 
 from proxy.server.doors import canonical, normalise
 
@@ -27,7 +28,7 @@ def test_spellings_name_their_shaped_route(path: str, route: str | None) -> None
 
 
 def test_only_posts_are_rewritten_and_under_their_root_path() -> None:
-    scope = {"method": "POST", "path": "/proxy/v1//messages/", "root_path": "/proxy"}
+    scope: Scope = {"method": "POST", "path": "/proxy/v1//messages/", "root_path": "/proxy"}
     assert normalise(scope, "/v1//messages/") == "/v1/messages"
     assert scope["path"] == "/proxy/v1/messages" and scope["raw_path"] == b"/proxy/v1/messages"
     get = {"method": "GET", "path": "/v1//messages/"}

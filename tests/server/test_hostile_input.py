@@ -141,9 +141,9 @@ def chat(*messages: Any, **extra: Any) -> dict[str, Any]:
 
 
 def error_of(response: httpx.Response) -> dict[str, Any]:
-    body = response.json()
+    body: dict[str, dict[str, Any]] = response.json()
     assert set(body["error"]) == {"message", "type", "param", "code"}
-    return body["error"]  # type: ignore[no-any-return]
+    return body["error"]
 
 
 # --- bodies -------------------------------------------------------------------------------------

@@ -98,7 +98,7 @@ async def test_notes_reach_the_access_line(caplog: pytest.LogCaptureFixture) -> 
             headers={"x-agent-role": "manager", "x-agent-name": 'Senior Researcher "EU" <x>'},
         )
     (record,) = [r for r in caplog.records if r.name == "history_proxy.access"]
-    fields = record.access  # type: ignore[attr-defined]
+    fields = vars(record)["access"]  # set through the log call's ``extra``
     assert fields["notes"] == ["manager_view:phase_unknown"]
     assert fields["agent"] == 'Senior Researcher "EU" <x>'
     assert json.loads(json.dumps(fields))["agent"] == fields["agent"]

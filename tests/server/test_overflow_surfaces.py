@@ -249,7 +249,7 @@ async def test_a_streamed_responses_request_is_retried_before_its_stream_starts(
 async def test_a_responses_request_with_its_history_at_the_provider_is_not_retried(
     proxied: tuple[SmallWindow, str],
 ) -> None:
-    body = {"model": "gpt-4o", "previous_response_id": "resp_1", "input": "word " * 4000}
+    body: dict[str, Any] = {"model": "gpt-4o", "previous_response_id": "resp_1", "input": "word " * 4000}
     async with serving(proxied[1]) as proxy:
         with pytest.raises(openai.BadRequestError) as refused:
             await proxy.openai.responses.create(**body)
@@ -302,7 +302,7 @@ async def test_a_streamed_messages_request_is_retried_before_its_stream_starts(
 async def test_a_messages_refusal_nothing_smaller_can_answer_goes_back_as_it_came(
     proxied: tuple[SmallWindow, str],
 ) -> None:
-    body = {
+    body: dict[str, Any] = {
         "model": "claude-test-model",
         "max_tokens": MAX_TOKENS,
         "system": "You are a coding agent.",

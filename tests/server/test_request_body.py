@@ -14,8 +14,8 @@ from tests.factories import corpus_files
 
 
 @pytest.mark.parametrize("path", corpus_files(), ids=lambda p: p.stem)
-def test_corpus_bodies_parse_and_serialize_exactly_as_the_stdlib_reads_them(path: object) -> None:
-    raw = path.read_bytes()  # type: ignore[attr-defined]
+def test_corpus_bodies_parse_and_serialize_exactly_as_the_stdlib_reads_them(path: Path) -> None:
+    raw = path.read_bytes()
     body = parse_body(raw)
     assert body == json.loads(raw)
     assert json.loads(encode_json(body)) == body
@@ -54,6 +54,6 @@ def test_bodies_too_short_to_exceed_the_limit_are_not_counted() -> None:
         check_containers(body, 299)
 
 
-@pytest.mark.parametrize("path", corpus_files(), ids=lambda p: p.name)  # type: ignore[attr-defined]
+@pytest.mark.parametrize("path", corpus_files(), ids=lambda p: p.name)
 def test_corpus_conversations_stay_far_below_the_default_container_limit(path: Path) -> None:
     check_containers(path.read_bytes(), LimitsConfig().max_json_containers // 20)

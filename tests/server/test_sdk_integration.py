@@ -16,9 +16,11 @@ import httpx2
 import openai
 import pytest
 import respx
+from openai.types.chat import ChatCompletionFunctionToolParam
 
 from proxy.config.loading import parse_config
 from proxy.config.models import Config
+from proxy.core.messages import Message
 from proxy.server.app import create_app
 from tests.factories import action, call, result, system, user
 from tests.upstream_respx import UPSTREAM_MOCKER
@@ -92,17 +94,23 @@ def delta(content: str, finish_reason: str | None = None) -> dict[str, Any]:
     }
 
 
-def worker_history() -> list[dict[str, Any]]:
-    """A worker's conversation, annotated as the SPEC allows (extra keys the SDK sends unchanged)."""
+def as_sent(*messages: Message) -> list[Any]:
+    """``messages`` as the SDK's ``messages`` argument: plain dicts, perhaps with keys (or, on purpose,
+    values) its types do not model, which it sends unchanged."""
+    return list(messages)
+
+
+def worker_history() -> list[Any]:
+    """A worker's conversation, annotated as docs/http.md allows (extra keys the SDK sends unchanged)."""
     first, second = action(), action()
-    return [
+    return as_sent(
         system(),
         user("Run the tests; my key is sk-abcdefghijklmnopqrstuvwxyz", message_type="task", agent="w1"),
         first,
         result(first, LONG_OUTPUT, message_type="observation", tags=["remove_output"]),
         second,
         result(second, "all green"),
-    ]
+    )
 
 
 async def test_a_completion_reaches_the_upstream_filtered_and_comes_back_parsed(
@@ -146,12 +154,17 @@ async def test_tool_calls_round_trip(upstream: respx.MockRouter) -> None:
             200, json=completion({"role": "assistant", "content": None, "tool_calls": [asked]}, "tool_calls")
         )
     )
-    tools = [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}]
+    tools: list[ChatCompletionFunctionToolParam] = [
+        {"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}
+    ]
     listing = action(call("ls", call_id="c1"))
-    history = [user("Look at setup.py"), listing, result(listing, "setup.py README.md")]
+    history = as_sent(user("Look at setup.py"), listing, result(listing, "setup.py README.md"))
     async with sdk(make_config()) as client:
         answer = await client.chat.completions.create(model="gpt-4o", messages=history, tools=tools)
-    tool_call = answer.choices[0].message.tool_calls[0]
+    tool_calls = answer.choices[0].message.tool_calls
+    assert tool_calls is not None
+    tool_call = tool_calls[0]
+    assert tool_call.type == "function"
     assert (tool_call.id, tool_call.function.name) == ("call_next", "read_file")
     assert json.loads(tool_call.function.arguments) == {"path": "setup.py"}
     sent = json.loads(route.calls.last.request.content)
@@ -188,7 +201,7 @@ async def test_upstream_errors_arrive_as_the_sdks_own_exceptions(
     upstream.post(f"{UPSTREAM}/chat/completions").mock(return_value=httpx.Response(status, json=body))
     async with sdk(make_config()) as client:
         with pytest.raises(exception) as caught:
-            await client.chat.completions.create(model="gpt-4o", messages=[user("hi")])
+            await client.chat.completions.create(model="gpt-4o", messages=as_sent(user("hi")))
     assert caught.value.status_code == status
     assert caught.value.body == body["error"] and caught.value.code == "up_code"
 
@@ -197,7 +210,7 @@ async def test_our_400_carries_what_to_fix(upstream: respx.MockRouter) -> None:
     async with sdk(make_config()) as client:
         with pytest.raises(openai.BadRequestError) as caught:
             await client.chat.completions.create(
-                model="gpt-4o", messages=[{"role": "robot", "content": "hi"}]
+                model="gpt-4o", messages=as_sent({"role": "robot", "content": "hi"})
             )
     assert caught.value.type == "invalid_request_error" and caught.value.param == "messages[0].role"
 
@@ -205,7 +218,7 @@ async def test_our_400_carries_what_to_fix(upstream: respx.MockRouter) -> None:
 async def test_an_unknown_proxy_key_is_the_sdks_authentication_error(upstream: respx.MockRouter) -> None:
     async with sdk(make_config(auth=True), api_key="not-the-proxy-key") as client:
         with pytest.raises(openai.AuthenticationError) as caught:
-            await client.chat.completions.create(model="gpt-4o", messages=[user("hi")])
+            await client.chat.completions.create(model="gpt-4o", messages=as_sent(user("hi")))
     assert caught.value.code == "invalid_api_key"
 
 
@@ -214,7 +227,7 @@ async def test_the_proxy_key_selects_the_tenant_and_is_not_forwarded(upstream: r
         return_value=httpx.Response(200, json=completion({"role": "assistant", "content": "ok"}))
     )
     async with sdk(make_config(auth=True), api_key=PROXY_KEY) as client:
-        await client.chat.completions.create(model="gpt-4o", messages=[user("hi")])
+        await client.chat.completions.create(model="gpt-4o", messages=as_sent(user("hi")))
     assert route.calls.last.request.headers["authorization"] == f"Bearer {UPSTREAM_KEY}"
 
 
@@ -231,7 +244,7 @@ async def test_unreachable_and_slow_upstreams_carry_our_codes(
     upstream.post(f"{UPSTREAM}/chat/completions").mock(side_effect=failure)
     async with sdk(make_config()) as client:
         with pytest.raises(openai.InternalServerError) as caught:
-            await client.chat.completions.create(model="gpt-4o", messages=[user("hi")])
+            await client.chat.completions.create(model="gpt-4o", messages=as_sent(user("hi")))
     assert (caught.value.status_code, caught.value.code) == (status, code)
 
 

@@ -18,7 +18,7 @@ TIGHT_BUDGETS = (40, 150, 400)
 
 
 def keeps_leading_system(f: Filter) -> bool:
-    """Whether the filter keeps the leading system/developer messages (SPEC invariant 2)."""
+    """Whether the filter keeps the leading system/developer messages (invariant 2, docs/architecture.md)."""
     if f.type_name == "token_limiter" and not getattr(f, "keep_system", True):
         return False  # keep_system: false makes the leading system messages droppable like any group
     # system_prompt replaces the leading system messages (docs/filters/manager_digest.md)

@@ -40,7 +40,7 @@ def pipeline(
 
 
 def run(surface: str, chain: list[dict[str, Any]], body: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-    shaped = asyncio.run(shape(surface, pipeline(chain, **kwargs), body, Identity(role="r"), "u"))  # type: ignore[arg-type]
+    shaped = asyncio.run(shape(surface, pipeline(chain, **kwargs), body, Identity(role="r"), "u"))
     return shaped.body
 
 

@@ -118,7 +118,7 @@ def preview(body: Any, role: str, path: str = "/v1/history/preview") -> httpx.Re
 
     async def go() -> httpx.Response:
         app = create_app(load_config(REPO / "config" / "default.yaml"))
-        async with app.router.lifespan_context(app):  # type: ignore[attr-defined]
+        async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as client:
                 sent = {"content": body} if isinstance(body, bytes) else {"json": body}

@@ -109,7 +109,7 @@ def test_removing_a_call_keeps_its_parallel_sibling_and_drops_the_reasoning_befo
 
 def test_truncated_outputs_are_written_in_place_and_instructions_are_never_edited() -> None:
     body = codex_body()
-    chain = [
+    chain: list[dict[str, Any]] = [
         {"type": "tool_result_truncation", "keep_recent": 1, "max_chars": 5},
         {"type": "remove_regex", "remove": ["Codex"]},
     ]

@@ -21,7 +21,7 @@ from proxy.surfaces import responses
 from proxy.surfaces._view import REF
 from proxy.surfaces.fit import fit, history_tokens
 from proxy.surfaces.marks import place_marks
-from proxy.surfaces.shape import Surface
+from proxy.surfaces.shape import SurfaceName
 from tests.factories import corpus_files, exchange, system, user
 from tests.surface_bodies import (
     anthropic_chat,
@@ -37,17 +37,17 @@ EXTRAS = [0, 1, 3, 2]
 """Per assistant step: nothing, reasoning (signed thinking), both with a server tool, the server tool alone."""
 
 
-def written_as(surface: Surface, chat: list[dict[str, Any]]) -> dict[str, Any]:
+def written_as(surface: SurfaceName, chat: list[dict[str, Any]]) -> dict[str, Any]:
     if surface == "responses":
         return responses_body(plain_chat(chat), EXTRAS)
     return messages_body(anthropic_chat(chat), EXTRAS)
 
 
-def errors_of(surface: Surface, body: dict[str, Any]) -> list[str]:
+def errors_of(surface: SurfaceName, body: dict[str, Any]) -> list[str]:
     return responses_errors(body) if surface == "responses" else messages_errors(body)
 
 
-def pieces(surface: Surface, body: dict[str, Any]) -> list[Any]:
+def pieces(surface: SurfaceName, body: dict[str, Any]) -> list[Any]:
     """The native pieces a cut keeps or drops: Responses input items, Messages content blocks."""
     if surface == "responses":
         return list(body["input"])
@@ -58,7 +58,7 @@ def pieces(surface: Surface, body: dict[str, Any]) -> list[Any]:
     return out
 
 
-def newest_user(surface: Surface, body: dict[str, Any]) -> Any:
+def newest_user(surface: SurfaceName, body: dict[str, Any]) -> Any:
     view = (responses.to_view(body) if surface == "responses" else anthropic.to_view(body)).messages
     return next({k: v for k, v in m.items() if k != REF} for m in reversed(view) if m["role"] == "user")
 
@@ -70,7 +70,7 @@ def is_subsequence(kept: list[Any], original: list[Any]) -> bool:
 
 @pytest.mark.parametrize("surface", ["responses", "messages"])
 def test_every_corpus_conversation_cut_to_half_is_a_valid_smaller_request_of_its_own_api(
-    surface: Surface,
+    surface: SurfaceName,
 ) -> None:
     considered = fitted_count = 0
     for path in corpus_files():
@@ -109,7 +109,7 @@ def agent_chat() -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("surface", ["responses", "messages"])
 def test_signed_reasoning_and_thinking_items_are_kept_byte_for_byte_or_dropped_whole(
-    surface: Surface,
+    surface: SurfaceName,
 ) -> None:
     body = written_as(surface, agent_chat())
     before = history_tokens(surface, body, TOKENS)

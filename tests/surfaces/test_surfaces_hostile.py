@@ -71,7 +71,7 @@ def messages_body() -> dict[str, Any]:
     }
 
 
-RESPONSES_PATHS = [
+RESPONSES_PATHS: list[list[str | int]] = [
     ["instructions"],
     ["input"],
     ["input", 0],
@@ -92,7 +92,7 @@ RESPONSES_PATHS = [
     ["previous_response_id"],
     ["model"],
 ]
-MESSAGES_PATHS = [
+MESSAGES_PATHS: list[list[str | int]] = [
     ["system"],
     ["system", 0],
     ["system", 0, "text"],
@@ -130,7 +130,7 @@ def test_any_json_anywhere_is_a_400_or_a_request(data: st.DataObject, surface: s
     path = data.draw(st.sampled_from(paths))
     body = poke(responses_body() if surface == "responses" else messages_body(), path, copy.deepcopy(value))
     with contextlib.suppress(InvalidRequestError):
-        asyncio.run(shape(surface, PIPELINE, body, Identity(role="r"), "u"))  # type: ignore[arg-type]
+        asyncio.run(shape(surface, PIPELINE, body, Identity(role="r"), "u"))
     counter = PIPELINE.tokens.get(model="gpt-4o")
     with contextlib.suppress(InvalidRequestError):  # whatever the adapter counted is what the pipeline counts
         view = (responses if surface == "responses" else messages).to_view(body, counter)

@@ -27,7 +27,7 @@ from proxy.pipeline.run import Pipeline
 from proxy.surfaces import messages as anthropic
 from proxy.surfaces import responses
 from proxy.surfaces.memo import Remembered, ViewMemo, conversation_key, matched
-from proxy.surfaces.shape import Surface, shape
+from proxy.surfaces.shape import SurfaceName, shape
 from tests.factories import corpus_files
 from tests.strategies import PROPERTY_SETTINGS, conversations
 from tests.surface_bodies import anthropic_chat, messages_body, plain_chat, responses_body
@@ -60,24 +60,25 @@ PIPELINES = {
 }
 
 
-def native(surface: Surface, chat: list[Message]) -> dict[str, Any]:
+def native(surface: SurfaceName, chat: list[Message]) -> dict[str, Any]:
     """``chat`` as a request of ``surface``, with reasoning items or signed thinking blocks."""
     if surface == "responses":
         return {**responses_body(plain_chat(chat), [1, 0, 2]), "model": "gpt-4o"}
     return {**messages_body(anthropic_chat(chat), [1, 0, 2]), "model": "gpt-4o"}
 
 
-def shaped(pipeline: Pipeline, surface: Surface, body: dict[str, Any], memo: ViewMemo | None) -> Any:
+def shaped(pipeline: Pipeline, surface: SurfaceName, body: dict[str, Any], memo: ViewMemo | None) -> Any:
     result = asyncio.run(shape(surface, pipeline, copy.deepcopy(body), WHO, "u", memo))
     report = {k: v for k, v in result.result.report.items() if k not in ("filters",)}
     return result.body, report, result.result.tokens_before, result.result.tokens_after
 
 
-def natives_of(surface: Surface, body: dict[str, Any]) -> list[Any]:
-    return body["input"] if surface == "responses" else body["messages"]
+def natives_of(surface: SurfaceName, body: dict[str, Any]) -> list[Any]:
+    natives: list[Any] = body["input"] if surface == "responses" else body["messages"]
+    return natives
 
 
-def assert_turns_alike(pipeline: Pipeline, surface: Surface, bodies: list[dict[str, Any]]) -> int:
+def assert_turns_alike(pipeline: Pipeline, surface: SurfaceName, bodies: list[dict[str, Any]]) -> int:
     """Every body shaped with one memo (in order) and without: alike; returns the natives reused."""
     memo = ViewMemo(10_000)
     for body in bodies:
@@ -88,7 +89,7 @@ def assert_turns_alike(pipeline: Pipeline, surface: Surface, bodies: list[dict[s
 @pytest.mark.parametrize("surface", ["responses", "messages"])
 @pytest.mark.parametrize("chain", sorted(CHAINS))
 def test_every_corpus_conversation_sent_turn_by_turn_is_shaped_as_without_the_memo(
-    surface: Surface, chain: str
+    surface: SurfaceName, chain: str
 ) -> None:
     reused = 0
     for path in corpus_files():
@@ -102,7 +103,7 @@ def test_every_corpus_conversation_sent_turn_by_turn_is_shaped_as_without_the_me
 @PROPERTY_SETTINGS
 @given(chat=conversations(), data=st.data())
 def test_a_conversation_whose_earlier_message_changed_is_shaped_as_without_the_memo(
-    surface: Surface, chat: list[Message], data: st.DataObject
+    surface: SurfaceName, chat: list[Message], data: st.DataObject
 ) -> None:
     body = native(surface, chat)
     natives = natives_of(surface, body)
@@ -119,7 +120,7 @@ def test_a_conversation_whose_earlier_message_changed_is_shaped_as_without_the_m
 
 
 @pytest.mark.parametrize("surface", ["responses", "messages"])
-def test_the_chain_never_changes_a_remembered_view_in_place(surface: Surface) -> None:
+def test_the_chain_never_changes_a_remembered_view_in_place(surface: SurfaceName) -> None:
     adapter = responses if surface == "responses" else anthropic
     for path in corpus_files()[:12]:
         chat = json.loads(path.read_text(encoding="utf-8"))["messages"]

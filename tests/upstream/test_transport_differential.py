@@ -39,12 +39,12 @@ Verdict = tuple[Any, ...]
 REQUEST = b"POST /v1/chat/completions HTTP/1.1\r\nHost: upstream\r\nContent-Length: 2\r\n\r\n"
 
 
-class _Socket:
+class _Socket(asyncio.Transport):
     """Just enough of an asyncio transport for a :class:`Connection` fed by hand."""
 
-    def write(self, data: bytes) -> None: ...
+    def write(self, data: bytes | bytearray | memoryview) -> None: ...
 
-    def writelines(self, data: Any) -> None: ...
+    def writelines(self, list_of_data: Any) -> None: ...
 
     def close(self) -> None: ...
 
@@ -55,15 +55,15 @@ class _Socket:
 
     def resume_reading(self) -> None: ...
 
-    def get_extra_info(self, name: str) -> None:
-        return None
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
 
 
 def lean_verdict(stream: bytes, piece: int | None = None) -> Verdict:
     loop = asyncio.new_event_loop()
     try:
         connection = Connection(loop)
-        connection.connection_made(_Socket())  # type: ignore[arg-type]
+        connection.connection_made(_Socket())
         connection.start(REQUEST, b"{}")
         size = piece or max(1, len(stream))
         for at in range(0, len(stream), size):

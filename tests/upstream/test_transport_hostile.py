@@ -66,6 +66,7 @@ async def test_a_connection_closed_while_idle_is_replaced_before_anything_is_wri
     async with scripted(answering(ok(), keep=False)) as server, client() as (http, transport):
         assert (await http.post(f"{server.url}/v1/x", content=b"{}")).status_code == 200
         connection = transport._idle[next(iter(transport._idle))][0]
+        assert connection.transport is not None
         connection.transport.pause_reading()  # the close is in the socket, not yet seen by the loop
         await asyncio.sleep(0.1)
         assert not connection.closed
@@ -119,6 +120,7 @@ async def test_bytes_waiting_unread_in_an_idle_socket_are_noticed_before_reuse()
     async with scripted(then_talks_out_of_turn) as server, client() as (http, transport):
         assert (await http.post(f"{server.url}/v1/x", content=b"{}")).status_code == 200
         idle = transport._idle[next(iter(transport._idle))][0]
+        assert idle.transport is not None
         idle.transport.pause_reading()  # the bytes stay in the socket
         await asyncio.sleep(0.2)
         assert (await http.post(f"{server.url}/v1/x", content=b"{}")).json() == {"ok": True}

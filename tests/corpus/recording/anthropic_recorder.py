@@ -28,6 +28,7 @@ import json
 import re
 import sys
 import threading
+from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -97,6 +98,8 @@ def events(answer: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """``answer`` as Anthropic's SSE events, in order."""
     start = {**answer, "content": [], "stop_reason": None, "usage": {**answer["usage"], "output_tokens": 1}}
     out: list[tuple[str, dict[str, Any]]] = [("message_start", {"type": "message_start", "message": start})]
+    first: dict[str, Any]
+    deltas: list[dict[str, Any]]
     for i, block in enumerate(answer["content"]):
         kind = block["type"]
         if kind == "text":
@@ -178,7 +181,7 @@ class AnthropicRecorder:
                     else:
                         self._send(200, json.dumps(answer).encode())
 
-            def _send(self, status: int, data: bytes, extra: list[tuple[str, str]] = ()) -> None:  # type: ignore[assignment]
+            def _send(self, status: int, data: bytes, extra: Sequence[tuple[str, str]] = ()) -> None:
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
                 self.send_header("request-id", f"req_rec{recorder.seq:04d}")

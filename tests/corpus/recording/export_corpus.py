@@ -16,6 +16,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 
@@ -121,7 +122,7 @@ def main() -> int:
             print(f"skip {rec_name}: not recorded", file=sys.stderr)
             continue
         records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        last: dict[str, dict] = {}
+        last: dict[str, dict[str, Any]] = {}
         for r in records:
             last[r["headers"].get("X-Agent-Name", "?")] = r
         for agent, (suffix, kind, shows) in agents.items():

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")
@@ -38,7 +39,11 @@ def llm(base_url: str, role: str, name: str) -> LLM:
                default_headers={"X-Agent-Role": role, "X-Agent-Name": name})
 
 
-@tool("population")
+# crewai is not installed in .venv, so mypy sees `tool` as Any: this is how it is used here
+crewai_tool: Callable[[str], Callable[[Callable[[str], str]], object]] = tool
+
+
+@crewai_tool("population")
 def population(city: str) -> str:
     """Look up the current population of a city."""
     return scenarios.population(city)
@@ -77,7 +82,9 @@ def toolloop_text(base_url: str) -> None:
     CrewAI then uses its text tool format (Thought / Action / Action Input, results as Observation)."""
     native = llm(base_url, "worker", "Data-Analyst")
 
-    class TextToolsLLM(type(native)):  # the OpenAI provider class, with native function calling off
+    # the OpenAI provider class, with native function calling off (picked by crewai at run time, so a
+    # dynamic base that mypy cannot check)
+    class TextToolsLLM(type(native)):  # type: ignore[misc]
         def supports_function_calling(self) -> bool:
             return False
 

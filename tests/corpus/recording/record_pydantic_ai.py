@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -32,7 +33,10 @@ def run(base_url: str) -> None:
     agent = Agent(OpenAIChatModel("gpt-4o-mini", provider=OpenAIProvider(openai_client=client)),
                   system_prompt="[agent:pai-assistant] You answer questions about cities. Use the population tool.")
 
-    @agent.tool_plain
+    # pydantic-ai is not installed in .venv (mypy sees Any); its tool_plain returns the function as is
+    tool_plain: Callable[[Callable[[str], str]], Callable[[str], str]] = agent.tool_plain
+
+    @tool_plain
     def population(city: str) -> str:
         """Look up the population of a city."""
         return scenarios.population(city)

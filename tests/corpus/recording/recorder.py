@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 IDENTITY_HEADERS = ("X-Agent-Role", "X-Agent-Name")
-Responder = Callable[[dict, dict], dict]
+Json = dict[str, Any]  # a JSON object: a request body, a reply, a message
+Responder = Callable[[Json, dict[str, str]], Json]
 
 
 def text_of(content: Any) -> str:
@@ -43,20 +44,20 @@ def text_of(content: Any) -> str:
     return "".join(p.get("text", "") for p in content if isinstance(p, dict))
 
 
-def system_text(body: dict) -> str:
+def system_text(body: Json) -> str:
     return "\n".join(text_of(m.get("content")) for m in body.get("messages", []) if m.get("role") in ("system", "developer"))
 
 
-def tool_names(body: dict) -> list[str]:
+def tool_names(body: Json) -> list[str]:
     return [t.get("function", {}).get("name", "") for t in body.get("tools") or []]
 
 
-def last_message(body: dict) -> dict:
-    msgs = body.get("messages") or [{}]
+def last_message(body: Json) -> Json:
+    msgs: list[Json] = body.get("messages") or [{}]
     return msgs[-1]
 
 
-def count_tool_results(body: dict, name: str | None = None) -> int:
+def count_tool_results(body: Json, name: str | None = None) -> int:
     """How many tool results the request carries (for the calls named ``name`` when given)."""
     calls = {}
     for m in body.get("messages", []):
@@ -66,7 +67,7 @@ def count_tool_results(body: dict, name: str | None = None) -> int:
                and (name is None or calls.get(m.get("tool_call_id")) == name))
 
 
-def mock_text(body: dict) -> str:
+def mock_text(body: Json) -> str:
     """The built-in mock's style of answer: what was received."""
     msgs = body.get("messages", [])
     roles: dict[str, int] = {}
@@ -133,7 +134,7 @@ class Recorder:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def _stream(self, seq: int, body: dict, reply: dict) -> None:
+            def _stream(self, seq: int, body: Json, reply: Json) -> None:
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream")
                 self.send_header("cache-control", "no-cache")
@@ -167,7 +168,7 @@ class Recorder:
         self.server.server_close()
 
 
-def _tool_calls(seq: int, reply: dict) -> list[dict]:
+def _tool_calls(seq: int, reply: Json) -> list[Json]:
     out = []
     for i, tc in enumerate(reply.get("tool_calls") or []):
         args = tc.get("arguments", {})
@@ -176,15 +177,15 @@ def _tool_calls(seq: int, reply: dict) -> list[dict]:
     return out
 
 
-def _usage(body: dict, reply: dict) -> dict:
+def _usage(body: Json, reply: Json) -> Json:
     prompt = max(1, len(json.dumps(body.get("messages", []))) // 4)
     completion_tokens = max(1, len(json.dumps(reply)) // 4)
     return {"prompt_tokens": prompt, "completion_tokens": completion_tokens, "total_tokens": prompt + completion_tokens}
 
 
-def completion(seq: int, body: dict, reply: dict) -> dict:
+def completion(seq: int, body: Json, reply: Json) -> Json:
     calls = _tool_calls(seq, reply)
-    message: dict = {"role": "assistant", "content": reply.get("content"), "refusal": None}
+    message: Json = {"role": "assistant", "content": reply.get("content"), "refusal": None}
     if calls:
         message["tool_calls"] = calls
     return {
@@ -196,7 +197,7 @@ def completion(seq: int, body: dict, reply: dict) -> dict:
     }
 
 
-def chunks(seq: int, body: dict, reply: dict) -> list[dict]:
+def chunks(seq: int, body: Json, reply: Json) -> list[Json]:
     base = {"id": f"chatcmpl-rec{seq:04d}", "object": "chat.completion.chunk", "created": 1700000000 + seq,
             "model": body.get("model", "gpt-4o-mini"), "system_fingerprint": "fp_recorder"}
     out = [dict(base, choices=[{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])]
@@ -218,7 +219,8 @@ def chunks(seq: int, body: dict, reply: dict) -> list[dict]:
 def load_responder(spec: str) -> Responder:
     module, _, func = spec.partition(":")
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    return getattr(importlib.import_module(module), func or "respond")
+    responder: Responder = getattr(importlib.import_module(module), func or "respond")
+    return responder
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -53,6 +53,7 @@ def declared_tools(body: dict[str, Any]) -> list[dict[str, Any]]:
 def shell_call(body: dict[str, Any], seq: int) -> dict[str, Any]:
     """The function call that runs ``COMMAND`` with the shell tool the request declares."""
     names = [str(tool.get("name")) for tool in declared_tools(body)]
+    arguments: dict[str, str | list[str]]
     if "exec_command" in names:
         name, arguments = "exec_command", {"cmd": COMMAND}
     elif "shell_command" in names:

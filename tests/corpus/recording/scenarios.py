@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 
-from recorder import count_tool_results, last_message, mock_text, system_text, text_of, tool_names
+from recorder import Json, count_tool_results, last_message, mock_text, system_text, text_of, tool_names
 
 # --- task statements -------------------------------------------------------------------------
 AUTOGEN_RR_TASK = ("Write a Python function slugify(title) that lowercases the title, replaces runs of "
@@ -44,16 +44,16 @@ def population(city: str) -> str:
 
 # --- helpers ---------------------------------------------------------------------------------
 
-def _own_turns(body: dict) -> int:
+def _own_turns(body: Json) -> int:
     """How many assistant messages the request already holds."""
     return sum(1 for m in body.get("messages", []) if m.get("role") == "assistant")
 
 
-def _named_user(body: dict, name: str) -> bool:
+def _named_user(body: Json, name: str) -> bool:
     return any(m.get("role") == "user" and m.get("name") == name for m in body.get("messages", []))
 
 
-def _all_text(body: dict) -> str:
+def _all_text(body: Json) -> str:
     parts = []
     for m in body.get("messages", []):
         parts.append(text_of(m.get("content")))
@@ -62,15 +62,15 @@ def _all_text(body: dict) -> str:
     return "\n".join(parts)
 
 
-def _text(content: str) -> dict:
+def _text(content: str) -> Json:
     return {"content": content, "tool_calls": []}
 
 
-def _call(name: str, arguments: dict | str, content: str | None = None) -> dict:
+def _call(name: str, arguments: Json | str, content: str | None = None) -> Json:
     return {"content": content, "tool_calls": [{"name": name, "arguments": arguments}]}
 
 
-def _calls(calls: list[tuple[str, dict]], content: str | None = None) -> dict:
+def _calls(calls: list[tuple[str, Json]], content: str | None = None) -> Json:
     return {"content": content, "tool_calls": [{"name": n, "arguments": a} for n, a in calls]}
 
 
@@ -81,7 +81,7 @@ CODE_V2 = ("```python\nimport re\n\ndef slugify(title: str) -> str:\n    \"\"\"L
 CODE_V3 = CODE_V2.replace("title.lower()", "title.strip().lower()")
 
 
-def autogen_rr(body: dict) -> dict | None:
+def autogen_rr(body: Json) -> Json | None:
     sys = system_text(body)
     if "[agent:autogen-rr-coder]" in sys:
         n = _own_turns(body)
@@ -99,7 +99,7 @@ def autogen_rr(body: dict) -> dict | None:
 
 # --- AutoGen selector: planner, researcher (tool), writer; the selector model ----------------
 
-def autogen_selector(body: dict) -> dict | None:
+def autogen_selector(body: Json) -> Json | None:
     sys = system_text(body)
     all_text = _all_text(body)
     if "Select the next role" in all_text or "select the next role" in all_text:
@@ -125,7 +125,7 @@ def autogen_selector(body: dict) -> dict | None:
 
 # --- CrewAI: hierarchical crew (manager delegates to researcher and writer), and a tool loop ----
 
-def _tool_named(body: dict, *candidates: str) -> str | None:
+def _tool_named(body: Json, *candidates: str) -> str | None:
     names = tool_names(body)
     for c in candidates:
         for n in names:
@@ -134,7 +134,7 @@ def _tool_named(body: dict, *candidates: str) -> str | None:
     return None
 
 
-def crewai(body: dict) -> dict | None:
+def crewai(body: Json) -> Json | None:
     sys = system_text(body)
     if "You are Crew Manager" in sys:
         delegate = _tool_named(body, "delegate_work_to_coworker")
@@ -182,7 +182,7 @@ def crewai(body: dict) -> dict | None:
 
 # --- LangGraph supervisor (langgraph-supervisor): supervisor, researcher, calculator -------------
 
-def langgraph(body: dict) -> dict | None:
+def langgraph(body: Json) -> Json | None:
     sys = system_text(body)
     if "[agent:lg-supervisor]" in sys:
         seen = _all_text(body)
@@ -205,7 +205,7 @@ def langgraph(body: dict) -> dict | None:
 
 # --- OpenAI Agents SDK: triage hands off to a billing specialist with a function tool ---------
 
-def agents_sdk(body: dict) -> dict | None:
+def agents_sdk(body: Json) -> Json | None:
     sys = system_text(body)
     if "[agent:sdk-triage]" in sys:
         handoff = next((n for n in tool_names(body) if n.startswith("transfer_to_")), None)
@@ -227,7 +227,7 @@ def lookup_order(order_id: str) -> str:
 
 # --- pydantic-ai: one agent with a tool, two runs sharing message_history -----------------------
 
-def pydantic_ai(body: dict) -> dict | None:
+def pydantic_ai(body: Json) -> Json | None:
     sys = system_text(body)
     if "[agent:pai-assistant]" not in sys:
         return None
@@ -243,7 +243,7 @@ def pydantic_ai(body: dict) -> dict | None:
 SCENARIOS = [autogen_rr, autogen_selector, crewai, langgraph, agents_sdk, pydantic_ai]
 
 
-def respond(body: dict, headers: dict) -> dict:
+def respond(body: Json, headers: dict[str, str]) -> Json:
     for scenario in SCENARIOS:
         reply = scenario(body)
         if reply is not None:
