@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,56 +23,12 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.claude_code import DRIVER, INSTALL_TIMEOUT_S, claude_binary, netns_command
+
 REPO = Path(__file__).resolve().parents[1]
-CLAUDE_CODE_VERSION = "2.1.332"
-"""The Claude Code release the tests run (npm ``@anthropic-ai/claude-code``)."""
-NPM_CLIENTS = Path(os.environ.get("HISTORY_PROXY_NPM_CLIENTS", REPO / ".npm-clients"))
-DRIVER = REPO / "tests" / "clients" / "claude_code_netns.py"
 SECRET = "The secret word is PINEAPPLE-4242."
-INSTALL_TIMEOUT_S = 600
 
 pytestmark = pytest.mark.timeout(INSTALL_TIMEOUT_S + 300)  # the first run installs the CLI (~400 MB)
-
-
-def claude_binary() -> Path:
-    """The pinned CLI, installed once into the cache directory (skips when npm cannot get it)."""
-    prefix = NPM_CLIENTS / f"claude-code-{CLAUDE_CODE_VERSION}"
-    binary = prefix / "node_modules" / ".bin" / "claude"
-    if binary.exists():
-        return binary
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.skip("npm is not installed: cannot install the Claude Code CLI (.ci/run installs it)")
-    prefix.mkdir(parents=True, exist_ok=True)
-    try:
-        done = subprocess.run(
-            [npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "--loglevel=error",
-             f"@anthropic-ai/claude-code@{CLAUDE_CODE_VERSION}"],
-            capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False,
-        )  # fmt: skip
-    except subprocess.TimeoutExpired:
-        pytest.skip(f"npm install of @anthropic-ai/claude-code took over {INSTALL_TIMEOUT_S} s")
-    if done.returncode != 0 or not binary.exists():
-        shutil.rmtree(prefix, ignore_errors=True)
-        pytest.skip(
-            f"npm could not install @anthropic-ai/claude-code@{CLAUDE_CODE_VERSION}: {done.stderr[-400:]}"
-        )
-    return binary
-
-
-def netns_command() -> list[str]:
-    """``unshare -n`` (as root) or ``unshare -rn`` (a user namespace) when it works here; skips if neither."""
-    if shutil.which("unshare") is None or shutil.which("ip") is None:
-        pytest.skip("unshare or ip is not installed (util-linux, iproute2; .ci/run installs them)")
-    errors = []
-    for command in (["unshare", "-n"], ["unshare", "-rn"]):
-        probe = subprocess.run(
-            [*command, "ip", "link", "set", "lo", "up"], capture_output=True, text=True, check=False
-        )
-        if probe.returncode == 0:
-            return command
-        errors.append(probe.stderr.strip()[:200])
-    pytest.skip(f"cannot make a loopback-only network namespace here: {errors}")
 
 
 def worker_config(ttl: str | None = "1h") -> str:

@@ -29,7 +29,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO))
-from tests.test_claude_code_e2e import CLAUDE_CODE_VERSION, DRIVER, claude_binary, netns_command  # noqa: E402
+from tests.support.claude_code import CLAUDE_CODE_VERSION, DRIVER, claude_binary, netns_command  # noqa: E402
 
 WORKDIR = "/work/project"
 """Where the recorded session seems to have run (the temporary directory's path is replaced)."""
