@@ -11,7 +11,6 @@ import sys
 import time
 import urllib.request
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from proxy.observability import collectors
 from proxy.pipeline.run import Pipeline
 from proxy.server.app import create_app
 from tests.factories import action, result, system, user
+from tests.support.asgi_app import serve
 
 pytestmark = pytest.mark.anyio
 
@@ -65,16 +65,6 @@ def make_config(**overrides: Any) -> Config:
         **overrides,
     }
     return parse_config(raw, env={})
-
-
-@asynccontextmanager
-async def serve(config: Config) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(config)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://p") as client,
-    ):
-        yield client
 
 
 def worker_conversation() -> list[Message]:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -22,8 +21,8 @@ from proxy.core.tokens import TokenCounters
 from proxy.devtools.replay import replay
 from proxy.filters.base import FilterContext
 from proxy.pipeline.run import Pipeline
-from proxy.server.app import create_app
 from tests.factories import action, result, system, user
+from tests.support.asgi_app import serve
 from tests.upstream_respx import UPSTREAM_MOCKER
 
 MAIN = "https://upstream.test/v1"
@@ -61,16 +60,6 @@ def errors_of(policies: dict[str, Any]) -> list[str]:
     with pytest.raises(ConfigError) as caught:
         parse_config({"upstreams": {"main": {"base_url": MAIN}}, "policies": policies}, env={})
     return caught.value.errors
-
-
-@asynccontextmanager
-async def serve(config: Config) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(config)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://p") as client,
-    ):
-        yield client
 
 
 def build_conversation() -> list[Message]:

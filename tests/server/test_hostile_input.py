@@ -11,8 +11,7 @@ import functools
 import hmac
 import json
 import logging
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from proxy.server.app import create_app
 from proxy.server.caller import tenant_for_key
 from tests.factories import action, corpus_body, corpus_files, result, system, user
 from tests.strategies import PROPERTY_SETTINGS, conversations
+from tests.support.asgi_app import serve
 from tests.upstream_respx import UPSTREAM_MOCKER
 
 pytestmark = pytest.mark.anyio
@@ -124,16 +124,6 @@ def mocked(live: Live) -> respx.MockRouter:
     anything, and a request to any other host is an error the test sees."""
     live.upstream.reset()
     return live.upstream
-
-
-@asynccontextmanager
-async def serve(config: Config) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(config)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy") as client,
-    ):
-        yield client
 
 
 def chat(*messages: Any, **extra: Any) -> dict[str, Any]:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -17,8 +15,8 @@ from proxy.config.loading import load_config, parse_config
 from proxy.config.models import DEFAULT_CONFIG_PATH, Config
 from proxy.core.messages import Message
 from proxy.filters.summarize import SUMMARY_HEADING
-from proxy.server.app import create_app
 from tests.factories import action, assistant, call, result, system, user
+from tests.support.asgi_app import serve
 
 pytestmark = pytest.mark.anyio
 
@@ -69,16 +67,6 @@ def planner_config(**summarize: Any) -> Config:
         },
         env={},
     )
-
-
-@asynccontextmanager
-async def serve(config: Config) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(config)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy") as client,
-    ):
-        yield client
 
 
 def turn(n: int) -> list[Message]:
