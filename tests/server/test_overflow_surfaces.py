@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -20,20 +18,17 @@ import anthropic
 import httpx2
 import openai
 import pytest
-import uvicorn
 from starlette.responses import JSONResponse
-from starlette.types import Message as AsgiMessage
 from starlette.types import Receive, Scope, Send
 
 from proxy.config.loading import parse_config
 from proxy.core.tokens import TokenCounters
-from proxy.mock.upstream import create_mock_app
 from proxy.server.app import create_app
 from proxy.surfaces import messages as anthropic_surface
 from proxy.surfaces import responses as responses_surface
 from tests.factories import exchange, system, user
 from tests.support.access_app import access_lines
-from tests.support.serve_process import free_port
+from tests.support.recorder import Recorder, serve_in_thread
 from tests.surface_bodies import (
     anthropic_chat,
     messages_body,
@@ -75,58 +70,30 @@ def refusal(path: str, tokens: int) -> dict[str, Any]:
     }
 
 
-class SmallWindow:
+MOCK_CHUNKS = 5
+"""The mock's default streamed chunks, as this suite always had them."""
+
+
+class SmallWindow(Recorder):
     """The built-in mock behind a window of :data:`WINDOW` tokens, recording every request."""
 
     def __init__(self) -> None:
-        self.app = create_mock_app()
-        self.seen: list[dict[str, Any]] = []
+        super().__init__(chunks=MOCK_CHUNKS)
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        chunks: list[bytes] = []
-        while True:
-            message = await receive()
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body"):
-                break
-        raw = b"".join(chunks)
-        path = scope["path"]
-        body = json.loads(raw) if raw else None
-        self.seen.append({"path": path, "body": body})
+    async def intercept(self, path: str, body: Any, scope: Scope, receive: Receive, send: Send) -> bool:
         if isinstance(body, dict) and path in ("/v1/responses", "/v1/messages", "/v1/messages/count_tokens"):
             tokens = history_tokens(path, body)
             if tokens > WINDOW:
                 await JSONResponse(refusal(path, tokens), status_code=400)(scope, receive, send)
-                return
-        sent = False
-
-        async def replay() -> AsgiMessage:
-            nonlocal sent
-            if sent:
-                return await receive()
-            sent = True
-            return {"type": "http.request", "body": raw, "more_body": False}
-
-        await self.app(scope, replay, send)
+                return True
+        return False
 
 
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[tuple[SmallWindow, str]]:
     app = SmallWindow()
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.02)
-    yield app, f"http://127.0.0.1:{port}/v1"
-    server.should_exit = True
-    thread.join(timeout=10)
+    for url in serve_in_thread(app):
+        yield app, url
 
 
 class Proxy:

@@ -21,9 +21,13 @@ UPSTREAM_KEY = "sk-ant-upstream-key"
 class Recorder:
     """An ASGI app recording every request (path, headers, JSON body) before the mock answers it."""
 
-    def __init__(self) -> None:
-        self.app = create_mock_app(chunks=3)
+    def __init__(self, chunks: int = 3) -> None:
+        self.app = create_mock_app(chunks=chunks)
         self.seen: list[dict[str, Any]] = []
+
+    async def intercept(self, path: str, body: Any, scope: Scope, receive: Receive, send: Send) -> bool:
+        """Answer a recorded request here instead of the mock (``True``: answered); a subclass's hook."""
+        return False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -39,6 +43,8 @@ class Recorder:
         headers = {k.decode(): v.decode() for k, v in scope["headers"]}
         body = json.loads(raw) if raw else None
         self.seen.append({"path": scope["path"], "headers": headers, "body": body})
+        if await self.intercept(scope["path"], body, scope, receive, send):
+            return
         sent = False
 
         async def replay() -> Message:
