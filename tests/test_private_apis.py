@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import sys
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,17 @@ def test_logging_still_reads_srcfile_before_looking_up_the_caller() -> None:
     )
     assert "_srcfile" in inspect.getsource(logging.Logger._log), (
         "Logger._log no longer tests logging._srcfile: see proxy/observability/access.py"
+    )
+
+
+def test_sys_getframe_still_names_the_caller_the_access_line_reports() -> None:
+    def caller() -> tuple[str, str]:
+        frame = sys._getframe(1)
+        return frame.f_code.co_filename, frame.f_code.co_name
+
+    assert caller() == (__file__, "test_sys_getframe_still_names_the_caller_the_access_line_reports"), (
+        "sys._getframe(1) no longer gives the caller's frame: see write_access_line in "
+        "proxy/observability/access.py"
     )
 
 
@@ -112,6 +124,7 @@ FENCES = {
     "__pydantic_private__": "filters/base.py",
     "httptools_impl": "server/protocol.py",
     "._batch_processor": "observability/otel.py",
+    "sys._getframe": "observability/access.py",
 }
 
 
