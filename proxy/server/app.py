@@ -47,6 +47,7 @@ from proxy.server.body import (
     read_body,
 )
 from proxy.server.caller import authorize_metrics
+from proxy.server.doors import PREVIEW_ROUTE
 from proxy.server.edge import Call, Edge, Outgoing, Whole, error_answer, route_path, scope_headers
 from proxy.server.forwarding import Forwarder
 from proxy.server.gc_tuning import settle_gc
@@ -221,7 +222,7 @@ def create_app(config: Config, *, config_path: str | None = None, settle_gc: boo
     """
     proxy = _Proxy(config, config_path, settle_gc=settle_gc)
     routes = [  # POST /v1/chat/completions never reaches the router: the edge serves it
-        Route("/v1/history/preview", proxy.preview, methods=["POST"]),
+        Route(PREVIEW_ROUTE, proxy.preview, methods=["POST"]),
         Route(
             "/v1/{path:path}",
             proxy.forward,

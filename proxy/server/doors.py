@@ -1,9 +1,10 @@
 """One door per endpoint: every spelling of a shaped route is served as that route.
 
-The routes whose requests the proxy shapes (``POST /v1/chat/completions``, ``/v1/responses``,
-``/v1/messages``, ``/v1/messages/count_tokens``, ``/v1/history/preview``) are matched exactly by
-the edge. A spelling it did not recognise used to be forwarded raw as "any other ``/v1/...``" path,
-skipping every chain, while nginx and many gateways serve it as the real endpoint. So a ``POST``
+The routes whose requests the proxy shapes (each surface's in :data:`proxy.surfaces.table.TABLE`:
+``POST /v1/chat/completions``, ``/v1/responses``, ``/v1/messages``, ``/v1/messages/count_tokens``;
+and ``/v1/history/preview``) are matched exactly by the edge. A spelling it did not recognise used
+to be forwarded raw as "any other ``/v1/...``" path, skipping every chain, while nginx and many
+gateways serve it as the real endpoint. So a ``POST``
 whose path, with repeated slashes merged, trailing slashes and surrounding whitespace removed and
 letters lower-cased, is a shaped route is served as that route (:func:`normalise`). Percent-encoded
 characters are decoded by the server before (``/v1/chat%2Fcompletions`` is the chat route), and
@@ -17,15 +18,11 @@ import re
 
 from starlette.types import Scope
 
-SHAPED_ROUTES = frozenset(
-    {
-        "/v1/chat/completions",
-        "/v1/responses",
-        "/v1/messages",
-        "/v1/messages/count_tokens",
-        "/v1/history/preview",
-    }
-)
+from proxy.surfaces.table import TABLE
+
+PREVIEW_ROUTE = "/v1/history/preview"
+SHAPED_ROUTES = frozenset({surface.route for surface in TABLE} | {PREVIEW_ROUTE})
+"""Every surface's route (a new row of the surface table has its door here at once) and the preview."""
 _SLASHES = re.compile(r"/{2,}")
 
 
