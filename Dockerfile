@@ -17,8 +17,8 @@ COPY deploy/build-env/ /build-env/
 RUN python3 -m venv /opt/history-proxy
 WORKDIR /src
 COPY pyproject.toml README.md LICENSE ./
-COPY proxy ./proxy
-# proxy/config/default.yaml links to it: the wheel packages the default config
+COPY history_proxy ./history_proxy
+# history_proxy/config/default.yaml links to it: the wheel packages the default config
 COPY config/default.yaml ./config/default.yaml
 RUN if [ -f /build-env/ca-certificates.crt ]; then export PIP_CERT=/build-env/ca-certificates.crt; fi \
     && if [ -f /build-env/pip.conf ]; then export PIP_CONFIG_FILE=/build-env/pip.conf; fi \
@@ -28,7 +28,7 @@ RUN if [ -f /build-env/ca-certificates.crt ]; then export PIP_CERT=/build-env/ca
 # tiktoken's encoding files, checked against tiktoken's hashes, written once into the image (read-only later).
 ENV XDG_CACHE_HOME=/opt/history-proxy/cache
 RUN /opt/history-proxy/bin/python -c \
-    "from proxy.core.encodings import install_encoding_files; install_encoding_files()"
+    "from history_proxy.core.encodings import install_encoding_files; install_encoding_files()"
 
 # --- run: Debian's Python and the virtualenv; no pip, no compiler, no apt lists ------------------
 FROM ${BASE}

@@ -18,8 +18,8 @@ test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest $(ARGS)
 
 lint: $(VENV)/.installed-dev
-	$(BIN)/ruff check proxy tests bench scripts
-	$(BIN)/ruff format --check proxy tests bench scripts
+	$(BIN)/ruff check history_proxy tests bench scripts
+	$(BIN)/ruff format --check history_proxy tests bench scripts
 	$(BIN)/mypy
 
 docs-figures: $(VENV)/.installed-test  # the figures docs/ quotes, computed again (tests/test_docs.py fails when they drift)

@@ -1,13 +1,13 @@
 """aiohttp's client in place of the lean transport, for measuring one against the other (issue 16).
 
-:class:`AiohttpPool` keeps :class:`proxy.upstream.pools.ClientPool`'s interface and sends every
+:class:`AiohttpPool` keeps :class:`history_proxy.upstream.pools.ClientPool`'s interface and sends every
 request of :meth:`exchange` through one ``aiohttp.ClientSession`` (its C parser, its pool, capped
 header sizes), with raw bodies (no decompression) and no headers of its own, so the upstream sees
 what the lean transport sends. Failures are mapped to the httpx types the proxy expects. The httpx
 client of the parent class stays for summary calls.
 
 Not used by the proxy: ``python -m bench.clients`` builds a copy of the tree whose
-``proxy/upstream/pools.py`` ends with ``from bench.aiohttp_pool import AiohttpPool as ClientPool``
+``history_proxy/upstream/pools.py`` ends with ``from bench.aiohttp_pool import AiohttpPool as ClientPool``
 and compares the two with ``bench.compare``.
 """
 
@@ -17,12 +17,12 @@ import aiohttp
 import httpx
 from yarl import URL
 
-from proxy.upstream.pools import KEEPALIVE_S, ClientPool
-from proxy.upstream.transport import Address, Answer, Content, Timeouts
+from history_proxy.upstream.pools import KEEPALIVE_S, ClientPool
+from history_proxy.upstream.transport import Address, Answer, Content, Timeouts
 
 
 class AiohttpAnswer:
-    """An aiohttp response as the proxy's :class:`~proxy.upstream.transport.Answer`."""
+    """An aiohttp response as the proxy's :class:`~history_proxy.upstream.transport.Answer`."""
 
     __slots__ = ("_response",)
 

@@ -17,7 +17,7 @@ import string
 from pathlib import Path
 from typing import Any
 
-from proxy.core.messages import Message
+from history_proxy.core.messages import Message
 
 CORPUS_DIR = Path(__file__).resolve().parents[1] / "tests" / "corpus"
 SIZES = (20, 100, 400)

@@ -6,7 +6,7 @@
 
 Copies this tree's ``proxy`` and ``bench`` packages to a temporary directory, makes that copy's
 ``ClientPool`` the aiohttp one of :mod:`bench.aiohttp_pool` (one line appended to its
-``proxy/upstream/pools.py``), and runs :mod:`bench.compare` with this tree as ``old`` (lean) and
+``history_proxy/upstream/pools.py``), and runs :mod:`bench.compare` with this tree as ``old`` (lean) and
 the copy as ``new`` (aiohttp): the same upstream, the same config, segments interleaved, CPU per
 request of the proxy process, p50, and with ``--memory`` the peak RSS of ``--slow-streams``
 concurrent streams (and their errors). The copy is removed afterwards.
@@ -27,11 +27,11 @@ SWAP = "\nfrom bench.aiohttp_pool import AiohttpPool as ClientPool  # noqa: E402
 
 def aiohttp_tree(into: Path) -> Path:
     """A copy of the project whose proxy sends upstream requests through aiohttp."""
-    for package in ("proxy", "bench"):
+    for package in ("history_proxy", "bench"):
         shutil.copytree(
             ROOT / package, into / package, ignore=shutil.ignore_patterns("__pycache__", "results")
         )
-    pools = into / "proxy" / "upstream" / "pools.py"
+    pools = into / "history_proxy" / "upstream" / "pools.py"
     pools.write_text(pools.read_text() + SWAP)
     return into
 

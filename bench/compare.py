@@ -15,7 +15,7 @@ values: the same tree twice with other environments compares tracing off
 with a dead one (a port nobody listens on).
 
 OLD and NEW are directories holding the project, e.g. ``git worktree add /tmp/old <commit>``. Each
-proxy runs from its own tree with this interpreter (``python -m proxy`` imports the ``proxy``
+proxy runs from its own tree with this interpreter (``python -m history_proxy`` imports the ``history_proxy``
 package of the directory it starts in) and serves the benchmark config of ``bench.run``, pinned to
 the proxy core, against one fast upstream on the other core. Per cell and chain, every round runs
 old, new, new, old, old, new segments (each after a short warm-up); the table gives per tree the
@@ -95,8 +95,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     for tree in (args.old, args.new):
-        if not (tree / "proxy" / "__main__.py").is_file():
-            parser.error(f"{tree} does not hold the project (no proxy/__main__.py)")
+        if not (tree / procs.package_of(tree) / "__main__.py").is_file():
+            parser.error(f"{tree} does not hold the project (no history_proxy/__main__.py)")
     return args
 
 

@@ -2,7 +2,7 @@
 
 A bare ASGI callable on uvicorn (uvloop + httptools, as the proxy is served) that reads a chat
 completion's body, parses and re-serialises it with orjson, forwards it through the proxy's own
-upstream transport (:class:`proxy.upstream.transport.LeanTransport`, keep-alive) and relays the answer:
+upstream transport (:class:`history_proxy.upstream.transport.LeanTransport`, keep-alive) and relays the answer:
 no identity, chain, checks, token report, metrics, access line, errors or streaming care. Measured
 beside the proxy (``python -m bench.run --floor``), the difference is the cost of everything the
 proxy adds to a forward; the floor itself is the cost of Python's HTTP server, client and JSON.
@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import orjson
 
-from proxy.upstream.transport import Address, LeanTransport, Timeouts
+from history_proxy.upstream.transport import Address, LeanTransport, Timeouts
 
 UPSTREAM_ENV = "BENCH_FLOOR_UPSTREAM"
 TIMEOUTS = Timeouts(connect=5.0, read=60.0, write=5.0)

@@ -2,7 +2,7 @@
 
     python -m bench.memory [--tree PATH] [--requests N] [--size BYTES] [--surface chat|messages]
 
-Starts `python -m proxy serve` from ``--tree`` (default: this checkout; point it at another
+Starts `python -m history_proxy serve` from ``--tree`` (default: this checkout; point it at another
 checkout to compare) on a free loopback port, with the built-in mock as upstream, sends ``N``
 requests each carrying one distinct text of ``--size`` bytes (a distinct 256 KiB tool output per
 request, as an agent fleet sends them), and prints the process's RSS (``/proc``) before, right
@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 
 import httpx
+
+from bench import procs
 
 CONFIG = """
 upstreams:
@@ -116,7 +118,7 @@ def main() -> None:
         [
             sys.executable,
             "-m",
-            "proxy",
+            procs.package_of(Path(args.tree)),
             "serve",
             "--config",
             str(folder / "config.yaml"),

@@ -2,7 +2,7 @@
 
 ``python -m bench.parse_cost OLD_TREE [--answers N] [--runs R]`` feeds a 20-event SSE answer (head
 and events in separate reads, as they arrive) and a small JSON answer to this tree's
-:class:`proxy.upstream.connection.Connection` and to ``OLD_TREE``'s, alternating runs, over a fake
+:class:`history_proxy.upstream.connection.Connection` and to ``OLD_TREE``'s, alternating runs, over a fake
 socket (no I/O, no event loop turns), and prints the median microseconds per answer of each. It
 isolates what a change to the parser costs from the proxy's other work and from a busy machine.
 """
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from proxy.upstream.connection import Connection
+from history_proxy.upstream.connection import Connection
 
 
 class _Socket:
@@ -59,7 +59,9 @@ JSON = [
 
 
 def _old_connection(tree: Path) -> type[Any]:
-    spec = importlib.util.spec_from_file_location("old_connection", tree / "proxy/upstream/connection.py")
+    spec = importlib.util.spec_from_file_location(
+        "old_connection", tree / "history_proxy/upstream/connection.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

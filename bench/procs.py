@@ -27,6 +27,12 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PR_SET_PDEATHSIG = 1
 
 
+def package_of(tree: Path) -> str:
+    """The import package of the project in ``tree``: ``history_proxy``, or ``proxy`` in trees from before
+    the rename (so ``bench.compare`` can still start an older commit)."""
+    return "history_proxy" if (tree / "history_proxy" / "__main__.py").is_file() else "proxy"
+
+
 def free_port() -> int:
     """A TCP port on loopback that is free right now."""
     with socket.socket() as probe:

@@ -25,9 +25,9 @@ import time
 from typing import Any
 
 from bench.bodies import encode, synthetic_body
-from proxy.config.loading import parse_config
-from proxy.observability.logs import JsonFormatter
-from proxy.server.app import create_app
+from history_proxy.config.loading import parse_config
+from history_proxy.observability.logs import JsonFormatter
+from history_proxy.server.app import create_app
 
 SIZES = (20, 100)
 SORT = "tottime"

@@ -29,12 +29,12 @@ from typing import Any, TypeVar
 
 from bench.bodies import SIZES, corpus_bodies, encode, replay_prefixes, synthetic_body
 from bench.report import RESULTS_DIR, jsonable
-from proxy.config.loading import parse_config
-from proxy.config.models import Config
-from proxy.core.identity import Identity
-from proxy.core.tokens import TokenCounters
-from proxy.pipeline.run import Pipeline
-from proxy.server.body import encode_json, parse_body
+from history_proxy.config.loading import parse_config
+from history_proxy.config.models import Config
+from history_proxy.core.identity import Identity
+from history_proxy.core.tokens import TokenCounters
+from history_proxy.pipeline.run import Pipeline
+from history_proxy.server.body import encode_json, parse_body
 
 T = TypeVar("T")
 WORKER = Identity(role="worker", agent="coder")

@@ -1,9 +1,9 @@
 """One command for the whole benchmark: ``python -m bench.run [--quick] [--cells ...] [--duration S]``.
 
-It starts the fast mock upstream and the proxy (``python -m proxy serve --workers 1``) on free
+It starts the fast mock upstream and the proxy (``python -m history_proxy serve --workers 1``) on free
 loopback ports, pins the proxy to one core and this process (the load generator) and the upstream to
 another, then for every cell (body size x non-stream/stream x concurrency) runs the targets in a
-palindrome (direct, proxy/passthrough, proxy/worker, [peers,] then the same backwards, per round)
+palindrome (direct, history_proxy/passthrough, history_proxy/worker, [peers,] then the same backwards, per round)
 and writes ``bench/results/<UTC stamp>.json|.md`` and ``bench/results/latest.md``.
 """
 
@@ -174,7 +174,7 @@ class Runner:
         )
         self.slow_port = slow[1]
         config = proxy_config(self.upstream_port, self.slow_port)
-        from proxy.config.loading import ConfigError, parse_config
+        from history_proxy.config.loading import ConfigError, parse_config
 
         try:
             parse_config(config)  # stop here, with the proxy's own message, before anything is measured
@@ -187,12 +187,12 @@ class Runner:
     def config_path(self) -> Path:
         return self.workdir / "bench-config.yaml"
 
-    def proxy_command(self, port: int) -> list[str]:
-        """``python -m proxy serve`` on ``port`` with the bench config (started in a tree: that tree's)."""
+    def proxy_command(self, port: int, tree: Path = ROOT) -> list[str]:
+        """``python -m history_proxy serve`` on ``port`` with the bench config (started in a tree: that tree's)."""
         return [
             sys.executable,
             "-m",
-            "proxy",
+            procs.package_of(tree),
             "serve",
             "--config",
             str(self.config_path),
@@ -210,8 +210,8 @@ class Runner:
     def proxy_running(
         self, name: str, port: int, tree: Path, cpus: set[int] | None
     ) -> Iterator[procs.Started]:
-        """The proxy of ``tree`` (its own ``proxy`` package) on ``port``, ready, stopped on exit."""
-        command = self.proxy_command(port)
+        """The proxy of ``tree`` (its own package) on ``port``, ready, stopped on exit."""
+        command = self.proxy_command(port, tree)
         with procs.running(procs.start(name, command, self.workdir, cpus=cpus, cwd=tree)) as started:
             procs.wait_ready(started, port, "/healthz")
             yield started
@@ -222,7 +222,7 @@ class Runner:
 
     def _floor(self, cpus: set[int] | None) -> tuple[Target, str | None, procs.Started]:
         """``bench/floor.py`` served as the proxy is (one uvicorn worker, same loop and parser)."""
-        from proxy.serve import uvicorn_options as _uvicorn_options
+        from history_proxy.serve import uvicorn_options as _uvicorn_options
 
         port = procs.free_port()
         options = _uvicorn_options()

@@ -39,7 +39,7 @@ from bench.bodies import encode, synthetic_body
 from bench.fast_upstream import run_fast
 from bench.loadgen import LoadResult, Target, build_request, run_load
 from bench.report import RESULTS_DIR, jsonable
-from proxy.upstream.pools import KEEPALIVE_S
+from history_proxy.upstream.pools import KEEPALIVE_S
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_CLIENTS = 5_000
@@ -215,7 +215,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         config_path = workdir / "soak-config.yaml"
         config_path.write_text(yaml.safe_dump(proxy_config(upstream_port), sort_keys=False))
         proxy_command = [
-            sys.executable, "-m", "proxy", "serve", "--config", str(config_path), "--host", procs.LOOPBACK,
+            sys.executable, "-m", "history_proxy", "serve", "--config", str(config_path), "--host", procs.LOOPBACK,
             "--port", str(proxy_port), "--workers", "1", "--log-level", args.proxy_log_level,
         ]  # fmt: skip
         upstream = procs.start("upstream", upstream_command, workdir, cpus=client_cpus, cwd=ROOT)

@@ -68,11 +68,11 @@ def main() -> None:
     env = {"PYTHONPATH": tree, "PATH": "/usr/bin:/bin"}
     quiet = {"cwd": tree, "env": env, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     mock = subprocess.Popen(
-        [sys.executable, "-m", "proxy", "mock-upstream", "--port", str(upstream)], **quiet
+        [sys.executable, "-m", "history_proxy", "mock-upstream", "--port", str(upstream)], **quiet
     )  # type: ignore[call-overload]
     config = Path(tempfile.mkdtemp()) / "config.yaml"
     config.write_text(f'upstreams:\n  openai: {{base_url: "http://127.0.0.1:{upstream}/v1"}}\n')
-    serve = [sys.executable, "-m", "proxy", "serve", "--config", str(config), "--port", str(port)]
+    serve = [sys.executable, "-m", "history_proxy", "serve", "--config", str(config), "--port", str(port)]
     proxy = subprocess.Popen(serve, **quiet)  # type: ignore[call-overload]
     url = f"http://127.0.0.1:{port}"
     try:

@@ -59,7 +59,12 @@ def memo_counts(urls: list[str]) -> dict[str, float]:
 def run(routing: str, conversations: list[list[tuple[str, bytes]]], logs: Path) -> dict[str, Any]:
     ports = [free_port() for _ in range(REPLICAS)]
     procs = [
-        start(f"{routing}-{n}", [sys.executable, "-m", "proxy", "serve", "--port", str(port)], logs, cwd=REPO)
+        start(
+            f"{routing}-{n}",
+            [sys.executable, "-m", "history_proxy", "serve", "--port", str(port)],
+            logs,
+            cwd=REPO,
+        )
         for n, port in enumerate(ports)
     ]
     try:

@@ -9,7 +9,7 @@ the body sent. Two ways, for the ``passthrough`` and ``worker`` chains:
 
 - ``next turn``: as in an agent loop, each timed request follows (untimed) the same conversation's
   previous turn (the history before its last assistant step), on every surface; a serving proxy's
-  view memo (``proxy.surfaces.memo``) then converts only the new step;
+  view memo (``history_proxy.surfaces.memo``) then converts only the new step;
 - ``cold``: no memo (a conversation's first request, or ``limits.surface_memo_messages: 0``).
 
 It prints the median per request and each surface's ratio to chat completions measured in the same
@@ -28,14 +28,14 @@ from typing import Any
 
 from bench.bodies import SIZES, encode, synthetic_messages
 from bench.report import RESULTS_DIR, jsonable
-from proxy.config.models import Config, LimitsConfig
-from proxy.core.identity import Identity
-from proxy.core.messages import Message
-from proxy.core.tokens import TokenCounters
-from proxy.pipeline.run import Pipeline
-from proxy.server.body import encode_json, parse_body
-from proxy.surfaces.memo import ViewMemo
-from proxy.surfaces.shape import SurfaceName, shape
+from history_proxy.config.models import Config, LimitsConfig
+from history_proxy.core.identity import Identity
+from history_proxy.core.messages import Message
+from history_proxy.core.tokens import TokenCounters
+from history_proxy.pipeline.run import Pipeline
+from history_proxy.server.body import encode_json, parse_body
+from history_proxy.surfaces.memo import ViewMemo
+from history_proxy.surfaces.shape import SurfaceName, shape
 from tests.surface_bodies import anthropic_chat, messages_body, plain_chat, responses_body
 
 WORKER_CHAIN: list[dict[str, Any]] = [

@@ -23,16 +23,16 @@ from contextlib import contextmanager
 from typing import Any
 
 from bench.bodies import synthetic_body
-from proxy.filters.base import Filter, FilterContext
-from proxy.filters.last_n_observations import LastNObservations
-from proxy.filters.remove_regex import RemoveRegex
+from history_proxy.filters.base import Filter, FilterContext
+from history_proxy.filters.last_n_observations import LastNObservations
+from history_proxy.filters.remove_regex import RemoveRegex
 
 _RSS_PROBE = """
 import resource, sys
-import proxy.core.encodings as encodings
+import history_proxy.core.encodings as encodings
 if sys.argv[1] == "keep":
     encodings.release_rank_table = lambda encoding: None
-from proxy.core.tokens import TokenCounters
+from history_proxy.core.tokens import TokenCounters
 counters = TokenCounters()
 counters.get(model="gpt-4o", encoding="auto", tokenizer="tiktoken").text("warm up")
 counters.get(model="gpt-4", encoding="auto", tokenizer="tiktoken").text("warm up")

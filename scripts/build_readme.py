@@ -2,7 +2,7 @@
 
 Each filter's page is the one place its documentation lives; this script lists them, one row each
 (the type, linked to its page, and the first sentence of its page), in the order of the filter union
-(`proxy/config/policies.py`).
+(`history_proxy/config/policies.py`).
 Usage: python scripts/build_readme.py [--check] (`make readme`). With --check it writes nothing and
 exits 1 when either index is out of date; tests/test_docs.py runs the check.
 """

@@ -19,9 +19,9 @@ from typing import Literal
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from proxy.config.loading import load_config  # noqa: E402
-from proxy.config.models import DEFAULT_CONFIG_PATH  # noqa: E402
-from proxy.core.messages import (  # noqa: E402
+from history_proxy.config.loading import load_config  # noqa: E402
+from history_proxy.config.models import DEFAULT_CONFIG_PATH  # noqa: E402
+from history_proxy.core.messages import (  # noqa: E402
     FINAL,
     Message,
     classify,
@@ -29,8 +29,8 @@ from proxy.core.messages import (  # noqa: E402
     leading_system_count,
     newest_user_index,
 )
-from proxy.filters import Filter, FilterContext  # noqa: E402
-from proxy.filters._views import TurnPattern, producing_agent, view_turn  # noqa: E402
+from history_proxy.filters import Filter, FilterContext  # noqa: E402
+from history_proxy.filters._views import TurnPattern, producing_agent, view_turn  # noqa: E402
 from scripts.generated_pages import write_or_check  # noqa: E402
 
 CORPUS = ROOT / "tests" / "corpus"

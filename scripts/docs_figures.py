@@ -22,12 +22,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from proxy.cli import main as cli  # noqa: E402
-from proxy.config.loading import load_config  # noqa: E402
-from proxy.core.identity import Identity  # noqa: E402
-from proxy.core.tokens import TokenCounters  # noqa: E402
-from proxy.pipeline.run import Pipeline  # noqa: E402
-from proxy.surfaces.shape import preview  # noqa: E402
+from history_proxy.cli import main as cli  # noqa: E402
+from history_proxy.config.loading import load_config  # noqa: E402
+from history_proxy.core.identity import Identity  # noqa: E402
+from history_proxy.core.tokens import TokenCounters  # noqa: E402
+from history_proxy.pipeline.run import Pipeline  # noqa: E402
+from history_proxy.surfaces.shape import preview  # noqa: E402
 from scripts.generated_pages import write_or_check  # noqa: E402
 
 PAGE = ROOT / "docs" / "observability.md"

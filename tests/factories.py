@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from proxy.config.models import Config
-from proxy.core.messages import Message
-from proxy.filters.base import Filter
+from history_proxy.config.models import Config
+from history_proxy.core.messages import Message
+from history_proxy.filters.base import Filter
 
 CORPUS_DIR = Path(__file__).resolve().parent / "corpus"
 _ids = itertools.count(1)

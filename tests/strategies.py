@@ -1,7 +1,7 @@
 """Hypothesis strategies: valid chat-completions conversations and the filter contexts they meet.
 
 Every conversation drawn from :func:`conversations` satisfies the invariants of docs/architecture.md
-(``proxy.core.messages.invariant_errors(...) == {}``), and covers what real agents send: leading
+(``history_proxy.core.messages.invariant_errors(...) == {}``), and covers what real agents send: leading
 system/developer messages, turns opened by user messages, assistant text, actions with 1-4 parallel
 calls answered (sometimes out of order) by tool messages, tool-call ids reused across turns, string
 or text-part content, null content on actions, ``name`` fields, vendor keys, message annotations,
@@ -19,9 +19,9 @@ from typing import Any
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from proxy.core.messages import Message
-from proxy.core.tokens import TokenCounters
-from proxy.filters.base import FilterContext
+from history_proxy.core.messages import Message
+from history_proxy.core.tokens import TokenCounters
+from history_proxy.filters.base import FilterContext
 
 AGENTS = ("alice", "bob", "carol")
 ROLES = ("default", "orchestrator", "manager", "worker")

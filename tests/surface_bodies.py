@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from proxy.core.messages import ANNOTATION_KEYS, Message, leading_system_count, text_of
-from proxy.core.tokens import TokenCounter
-from proxy.surfaces._view import View, compact_json
+from history_proxy.core.messages import ANNOTATION_KEYS, Message, leading_system_count, text_of
+from history_proxy.core.tokens import TokenCounter
+from history_proxy.surfaces._view import View, compact_json
 
 VENDOR_KEYS = frozenset({"name", "reasoning_content", "refusal", "audio"})
 PNG = "iVBORw0KGgo="

@@ -4,7 +4,7 @@ Each package imports only the packages below it (``ALLOWED``); messages, encodin
 are leaves; filters know nothing of HTTP; only upstream/ is an HTTP client and only server/ and the
 built-in mock (mock/) serve HTTP; the forwarding client never imports the mock (the server starts
 it); no module passes 600 lines (one past 400 is warned about); no module imports another's private
-names; only :mod:`proxy.observability.access` writes the fields of an ``Exchange``.
+names; only :mod:`history_proxy.observability.access` writes the fields of an ``Exchange``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "proxy"
+PACKAGE = Path(__file__).resolve().parents[1] / "history_proxy"
 SOFT_LINES = 400
 """Past this a module gets a warning: look for a responsibility to move out (complexity is the gate:
 ruff's C901 and PLR0915 in pyproject.toml)."""
@@ -50,7 +50,7 @@ def imports_of(module: str) -> set[str]:
             else:
                 target = node.module or ""
             found.add(target)
-            # `from proxy.core import tokens` imports the module proxy.core.tokens
+            # `from history_proxy.core import tokens` imports the module history_proxy.core.tokens
             found.update(
                 f"{target}.{alias.name}" for alias in node.names if f"{target}.{alias.name}" in MODULES
             )
@@ -66,13 +66,14 @@ def importers_of(package: str) -> set[str]:
 
 
 def proxy_imports(module: str) -> set[str]:
-    return {name for name in imports_of(module) if top(name) == "proxy"} - {"proxy"}
+    return {name for name in imports_of(module) if top(name) == "history_proxy"} - {"history_proxy"}
 
 
 def package_of(module: str) -> str:
-    """``proxy.core.tokens`` -> ``core``; top-level modules (``proxy.cli``, ``proxy.errors``) name themselves."""
+    """``history_proxy.core.tokens`` -> ``core``; top-level modules
+    (``history_proxy.cli``, ``history_proxy.errors``) name themselves."""
     parts = module.split(".")
-    return parts[1] if len(parts) > 1 else "proxy"
+    return parts[1] if len(parts) > 1 else "history_proxy"
 
 
 # Which packages each package may import: the request's path drawn as a dependency order.
@@ -115,13 +116,13 @@ ALLOWED = {
     },
     "serve": {"core", "errors", "config", "observability", "server"},
     "__main__": {"cli"},
-    "proxy": set(),
+    "history_proxy": set(),
 }
 
 
 def test_the_walk_sees_every_package() -> None:
     assert {package_of(module) for module in MODULES} == set(ALLOWED)
-    assert "proxy.core.messages" in imports_of("proxy.core.tokens")
+    assert "history_proxy.core.messages" in imports_of("history_proxy.core.tokens")
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
@@ -143,20 +144,27 @@ def test_no_module_imports_itself_through_others() -> None:
 @pytest.mark.parametrize(
     ("leaf", "allowed"),
     [
-        ("proxy.core.messages", set()),
-        ("proxy.errors", set()),
-        ("proxy.core.encodings", set()),
-        ("proxy.core.tokens", {"proxy.core.messages", "proxy.core.encodings", "proxy.core.string_counts"}),
-        ("proxy.core.string_counts", set()),
-        ("proxy.core.cost", set()),
-        ("proxy.core.windows", set()),
+        ("history_proxy.core.messages", set()),
+        ("history_proxy.errors", set()),
+        ("history_proxy.core.encodings", set()),
+        (
+            "history_proxy.core.tokens",
+            {
+                "history_proxy.core.messages",
+                "history_proxy.core.encodings",
+                "history_proxy.core.string_counts",
+            },
+        ),
+        ("history_proxy.core.string_counts", set()),
+        ("history_proxy.core.cost", set()),
+        ("history_proxy.core.windows", set()),
     ],
 )
 def test_messages_tokens_and_errors_are_leaves(leaf: str, allowed: set[str]) -> None:
     assert proxy_imports(leaf) - allowed == set()
 
 
-FILTER_MODULES = sorted(m for m in MODULES if m.startswith("proxy.filters"))
+FILTER_MODULES = sorted(m for m in MODULES if m.startswith("history_proxy.filters"))
 
 
 @pytest.mark.parametrize("module", FILTER_MODULES)
@@ -164,13 +172,13 @@ def test_filters_import_only_the_stdlib_pydantic_and_the_message_helpers(module:
     # core.cost and core.windows: prompt-cache prices and context windows (leaves, pure arithmetic);
     # core.evidence: what a distinctive token is (docs/cost.md, evidence kept; a regex over message text)
     allowed_proxy = {
-        "proxy.core.evidence",
-        "proxy.core.messages",
-        "proxy.core.plain_types",
-        "proxy.core.invariants",
-        "proxy.core.tokens",
-        "proxy.core.cost",
-        "proxy.core.windows",
+        "history_proxy.core.evidence",
+        "history_proxy.core.messages",
+        "history_proxy.core.plain_types",
+        "history_proxy.core.invariants",
+        "history_proxy.core.tokens",
+        "history_proxy.core.cost",
+        "history_proxy.core.windows",
     }
     foreign = {
         name
@@ -179,8 +187,8 @@ def test_filters_import_only_the_stdlib_pydantic_and_the_message_helpers(module:
             top(name) in sys.stdlib_module_names
             or top(name) == "pydantic"
             or name in allowed_proxy
-            or name == "proxy.filters"
-            or name.startswith("proxy.filters.")
+            or name == "history_proxy.filters"
+            or name.startswith("history_proxy.filters.")
         )
     }
     assert foreign == set()
@@ -217,11 +225,11 @@ def test_no_module_is_over_600_lines_and_one_over_400_is_flagged(module: str) ->
 
 
 def private_names_imported(source: str) -> list[str]:
-    """``from proxy.x import _y`` (or a relative ``from . import _y``): a name another proxy module keeps
+    """``from history_proxy.x import _y`` (or a relative ``from . import _y``): a name another proxy module keeps
     private. ``import ... as _alias`` of a public name is fine; a dunder is not private."""
     found: list[str] = []
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.ImportFrom) and (node.level or top(node.module or "") == "proxy"):
+        if isinstance(node, ast.ImportFrom) and (node.level or top(node.module or "") == "history_proxy"):
             found += [
                 f"{node.module or '.'}.{alias.name} (line {node.lineno})"
                 for alias in node.names
@@ -232,15 +240,15 @@ def private_names_imported(source: str) -> list[str]:
 
 def test_the_private_import_walk_sees_one() -> None:
     source = (
-        "from proxy.core.tokens import _hidden as shown\n"
+        "from history_proxy.core.tokens import _hidden as shown\n"
         "from .helpers import _inner\n"
-        "from proxy.surfaces import _view\n"  # a private module of the package: its public names
-        "from proxy.core.tokens import counted as _counted\n"
-        "from proxy import __version__\n"
+        "from history_proxy.surfaces import _view\n"  # a private module of the package: its public names
+        "from history_proxy.core.tokens import counted as _counted\n"
+        "from history_proxy import __version__\n"
         "from json import _private\n"
     )
     found = [name.split()[0] for name in private_names_imported(source)]
-    assert found == ["proxy.core.tokens._hidden", "helpers._inner", "proxy.surfaces._view"]
+    assert found == ["history_proxy.core.tokens._hidden", "helpers._inner", "history_proxy.surfaces._view"]
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
@@ -251,7 +259,7 @@ def test_no_module_imports_another_modules_private_names(module: str) -> None:
 
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_a_private_module_is_imported_only_inside_its_package(module: str) -> None:
-    """``proxy/surfaces/_view.py`` serves the surfaces package; another package uses a public module."""
+    """``history_proxy/surfaces/_view.py`` serves the surfaces package; another package uses a public module."""
     reached = {
         name
         for name in proxy_imports(module)
@@ -261,7 +269,7 @@ def test_a_private_module_is_imported_only_inside_its_package(module: str) -> No
     assert reached == set(), f"{module} imports another package's private modules {sorted(reached)}"
 
 
-EXCHANGE_MODULE = "proxy.observability.access"
+EXCHANGE_MODULE = "history_proxy.observability.access"
 
 
 def exchange_field_writes(source: str) -> list[str]:
@@ -346,7 +354,7 @@ TEST_PACKAGES = {
     if (path.is_dir() and (path / "__init__.py").exists())
     or (path.suffix == ".py" and path.stem not in ("__init__", "__main__"))
 }
-"""What a folder of tests/ may be named after: a package of proxy/, or a top-level module (cli, errors)."""
+"""What a folder of tests/ may be named after: a package of history_proxy/, or a top-level module (cli, errors)."""
 NO_TEST_FOLDER = {"serve": "the `serve` command's process: run by every end-to-end suite at the top"}
 CROSS_CUTTING = {
     "architecture": "the layout of every package",
@@ -385,7 +393,9 @@ TEST_MODULES = sorted(
 def test_each_test_folder_is_named_after_a_package_of_proxy() -> None:
     folders = {path.parent.relative_to(TESTS) for path in TEST_MODULES} - {Path()}
     assert {str(f) for f in folders if len(f.parts) > 1} == set(), "tests/<package>/ has no subfolders"
-    assert {str(f) for f in folders} - TEST_PACKAGES == set(), "a test folder names no package of proxy/"
+    assert {str(f) for f in folders} - TEST_PACKAGES == set(), (
+        "a test folder names no package of history_proxy/"
+    )
     assert {str(f) for f in folders if not (TESTS / f / "__init__.py").exists()} == set()
 
 

@@ -18,8 +18,8 @@ from bench.floor import UPSTREAM_ENV as FLOOR_UPSTREAM_ENV
 from bench.loadgen import Target, build_request, percentile, run_load
 from bench.report import paired_difference, summarise_cell, write_results
 from bench.run import select_cells
-from proxy.core.invariants import invariant_errors
-from proxy.pipeline.run import request_messages
+from history_proxy.core.invariants import invariant_errors
+from history_proxy.pipeline.run import request_messages
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -207,7 +207,7 @@ def test_cells_are_chosen_by_glob_over_their_ids() -> None:
 
 def test_the_tricks_ab_measures_both_variants_and_restores_the_trick() -> None:
     from bench import tricks
-    from proxy.filters.base import Filter
+    from history_proxy.filters.base import Filter
 
     trick = Filter.private
     figures = tricks.private_reads(rounds=1, repeats=2)

@@ -41,7 +41,7 @@ ip link set lo up
 "$PYTHON" "$RECORDER" --port {UPSTREAM_PORT} --out "$WORK/upstream.jsonl" --fail "$FAIL" > "$WORK/recorder.log" 2>&1 &
 recorder=$!
 OPENAI_BASE_URL=http://127.0.0.1:{UPSTREAM_PORT}/v1 OPENAI_API_KEY=upstream-key \\
-    "$PYTHON" -m proxy serve --host 127.0.0.1 --port {PROXY_PORT} > "$WORK/proxy.log" 2>&1 &
+    "$PYTHON" -m history_proxy serve --host 127.0.0.1 --port {PROXY_PORT} > "$WORK/proxy.log" 2>&1 &
 proxy=$!
 for _ in $(seq 100); do
     "$PYTHON" -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:{PROXY_PORT}/healthz')" \\

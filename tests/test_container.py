@@ -39,7 +39,7 @@ CONTEXT_PATHS = (
     "pyproject.toml",
     "README.md",
     "LICENSE",
-    "proxy",
+    "history_proxy",
     "config",
     "deploy/build-env",
 )

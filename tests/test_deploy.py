@@ -26,8 +26,8 @@ import pytest
 import yaml
 from openai.types.chat import ChatCompletionMessageParam
 
-from proxy.config.loading import load_config
-from proxy.server.app import create_app
+from history_proxy.config.loading import load_config
+from history_proxy.server.app import create_app
 from tests.support.serve_process import REPO, free_port, start
 
 DEPLOY = REPO / "deploy"

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 import yaml
 
-from proxy.config.loading import ConfigError, parse_config
-from proxy.filters import FILTER_TYPES
+from history_proxy.config.loading import ConfigError, parse_config
+from history_proxy.filters import FILTER_TYPES
 from tests.support.serve_process import Server, offline_env, start
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,11 +73,11 @@ def of(*langs: str) -> list[Block]:
 
 
 def test_every_package_is_on_the_map() -> None:
-    """docs/architecture.md places every package of proxy/ on its floors and cites nothing outside the clone."""
+    """docs/architecture.md places every package of history_proxy/ on its floors and cites nothing outside the clone."""
     page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
-    packages = sorted(init.parent.name for init in (ROOT / "proxy").glob("*/__init__.py"))
-    assert packages, "no package found under proxy/"
-    missing = [name for name in packages if f"| `proxy/{name}/` |" not in page]
+    packages = sorted(init.parent.name for init in (ROOT / "history_proxy").glob("*/__init__.py"))
+    assert packages, "no package found under history_proxy/"
+    missing = [name for name in packages if f"| `history_proxy/{name}/` |" not in page]
     assert missing == [], f"docs/architecture.md's floors table does not place {missing}"
 
 
@@ -85,7 +85,7 @@ def cited_texts() -> list[Path]:
     """Every file of the clone that may cite a design document: code, tests, scripts, docs."""
     skipped = ("tests/corpus", "bench/results")
     found = [ROOT / name for name in ("README.md", "CONTRIBUTING.md", "CHANGELOG.md")]
-    for folder in ("proxy", "tests", "scripts", "bench", "docs"):
+    for folder in ("history_proxy", "tests", "scripts", "bench", "docs"):
         for path in sorted((ROOT / folder).rglob("*")):
             relative = path.relative_to(ROOT).as_posix()
             if path.suffix in (".py", ".md") and not relative.startswith(skipped):

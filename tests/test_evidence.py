@@ -14,17 +14,17 @@ from typing import Any
 
 import pytest
 
-from proxy.config.loading import load_config
-from proxy.config.models import Config
-from proxy.core.cost import ANTHROPIC, OPENAI
-from proxy.core.evidence import evidence_of, measure
-from proxy.core.identity import Identity
-from proxy.core.messages import Message
-from proxy.core.tokens import TokenCounters
-from proxy.devtools.replay import replay
-from proxy.devtools.replay_compare import chat_bodies, is_tool_loop, replay_files
-from proxy.devtools.replay_render import many_totals
-from proxy.pipeline.run import Pipeline
+from history_proxy.config.loading import load_config
+from history_proxy.config.models import Config
+from history_proxy.core.cost import ANTHROPIC, OPENAI
+from history_proxy.core.evidence import evidence_of, measure
+from history_proxy.core.identity import Identity
+from history_proxy.core.messages import Message
+from history_proxy.core.tokens import TokenCounters
+from history_proxy.devtools.replay import replay
+from history_proxy.devtools.replay_compare import chat_bodies, is_tool_loop, replay_files
+from history_proxy.devtools.replay_render import many_totals
+from history_proxy.pipeline.run import Pipeline
 from tests.factories import CORPUS_DIR, action, assistant, call, corpus_files, result, system, user
 
 REPO = Path(__file__).resolve().parents[1]

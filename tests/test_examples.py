@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from proxy.config.loading import load_config
-from proxy.config.models import DEFAULT_CONFIG_PATH, Config
-from proxy.filters import FILTER_TYPES
+from history_proxy.config.loading import load_config
+from history_proxy.config.models import DEFAULT_CONFIG_PATH, Config
+from history_proxy.filters import FILTER_TYPES
 from tests.support.filter_cases import configured_filters
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -5,11 +5,11 @@ from __future__ import annotations
 import typing
 from pathlib import Path
 
-from proxy.config.policies import FilterConfig
-from proxy.filters import FILTER_CLASSES, FILTER_TYPES, type_tag
+from history_proxy.config.policies import FilterConfig
+from history_proxy.filters import FILTER_CLASSES, FILTER_TYPES, type_tag
 
 ROOT = Path(__file__).resolve().parents[1]
-FILTERS = ROOT / "proxy" / "filters"
+FILTERS = ROOT / "history_proxy" / "filters"
 NOT_FILTERS = {"__init__", "base"}
 
 
@@ -29,7 +29,7 @@ def test_the_config_union_lists_exactly_the_filter_classes() -> None:
 
 def test_each_filter_lives_in_the_module_named_by_its_type_tag() -> None:
     assert {cls.__module__ for cls in FILTER_CLASSES} == {
-        f"proxy.filters.{type_tag(cls)}" for cls in FILTER_CLASSES
+        f"history_proxy.filters.{type_tag(cls)}" for cls in FILTER_CLASSES
     }
 
 

@@ -28,7 +28,7 @@ import openai
 import pytest
 from starlette.types import Receive, Scope, Send
 
-from proxy.mock.upstream import create_mock_app
+from history_proxy.mock.upstream import create_mock_app
 from tests.support.recorder import Recorder, serve_in_thread
 from tests.support.redis_server import REDIS_SERVER, RedisServer
 from tests.support.serve_process import REPO, free_port, offline_env
@@ -110,7 +110,7 @@ summary_cache: {{key_prefix: "test-fleet:"}}
                 [
                     sys.executable,
                     "-m",
-                    "proxy",
+                    "history_proxy",
                     "serve",
                     "--config",
                     str(self.config),

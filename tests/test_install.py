@@ -22,7 +22,7 @@ from tests.support.processes import NETWORK_ERRORS
 from tests.support.serve_process import Server, free_port, offline_env
 
 REPO = Path(__file__).resolve().parents[1]
-BUILD_FILES = ("pyproject.toml", "README.md", "LICENSE", "proxy", "config/default.yaml")
+BUILD_FILES = ("pyproject.toml", "README.md", "LICENSE", "history_proxy", "config/default.yaml")
 PIP_TIMEOUT_S = 600
 
 pytestmark = pytest.mark.timeout(PIP_TIMEOUT_S + 120)

@@ -24,10 +24,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.core.messages import Message
-from proxy.errors import InvalidRequestError
-from proxy.filters import Filter
-from proxy.surfaces.shape import shape
+from history_proxy.core.messages import Message
+from history_proxy.errors import InvalidRequestError
+from history_proxy.filters import Filter
+from history_proxy.surfaces.shape import shape
 from tests.strategies import conversations
 from tests.support.filter_cases import CASES
 from tests.support.surface_chains import IDENTITY, SETTINGS, in_order, pipeline_for

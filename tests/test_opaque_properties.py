@@ -25,11 +25,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.core.identity import Identity
-from proxy.core.messages import ANNOTATION_KEYS, Message
-from proxy.errors import InvalidRequestError
-from proxy.filters import Filter
-from proxy.surfaces.shape import shape
+from history_proxy.core.identity import Identity
+from history_proxy.core.messages import ANNOTATION_KEYS, Message
+from history_proxy.errors import InvalidRequestError
+from history_proxy.filters import Filter
+from history_proxy.surfaces.shape import shape
 from tests.strategies import conversations
 from tests.support.filter_cases import CASES, keeps_leading_system
 from tests.support.surface_chains import SETTINGS, pipeline_for

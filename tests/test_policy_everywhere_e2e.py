@@ -18,10 +18,10 @@ import openai
 import pytest
 import yaml
 
-from proxy.filters.remove_regex import PLACEHOLDER
-from proxy.surfaces.history_free import INSTRUCTIONS_FILTERED
-from proxy.surfaces.messages_pinned import PINNED_FILTERED
-from proxy.surfaces.messages_valid import REMOVED
+from history_proxy.filters.remove_regex import PLACEHOLDER
+from history_proxy.surfaces.history_free import INSTRUCTIONS_FILTERED
+from history_proxy.surfaces.messages_pinned import PINNED_FILTERED
+from history_proxy.surfaces.messages_valid import REMOVED
 from tests.support.recorder import Recorder, recorder  # noqa: F401 - the fixture
 from tests.support.serve_process import Server, start
 

@@ -1,6 +1,6 @@
 """The invariants (docs/architecture.md), by hypothesis for every registered filter, random chains and the corpus.
 
-Every type in ``proxy.filters.FILTER_TYPES`` is tested with the parameters of its
+Every type in ``history_proxy.filters.FILTER_TYPES`` is tested with the parameters of its
 ``config/examples/<type>.yaml`` (the filters of that type in the example's chains), with its
 defaults when the model accepts none, and, when it enforces a token budget, with tight budgets too.
 New filters are picked up without editing this file; only their exceptions to the shared
@@ -18,8 +18,8 @@ import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from proxy.core.invariants import broken_invariants, invariant_errors
-from proxy.core.messages import (
+from history_proxy.core.invariants import broken_invariants, invariant_errors
+from history_proxy.core.messages import (
     Message,
     NotApplicable,
     group_spans,
@@ -31,8 +31,8 @@ from proxy.core.messages import (
     tool_call_names,
     turn_spans,
 )
-from proxy.core.tokens import TokenCounter
-from proxy.filters import FILTER_TYPES, Filter, FilterContext
+from history_proxy.core.tokens import TokenCounter
+from history_proxy.filters import FILTER_TYPES, Filter, FilterContext
 from tests.factories import corpus_files
 from tests.strategies import PROPERTY_SETTINGS, SHARED_TOKENS, FakeSummarizer, conversations, filter_contexts
 from tests.support.filter_cases import CASES, TIGHT_BUDGETS, FilterCase, keeps_leading_system

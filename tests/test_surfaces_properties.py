@@ -24,13 +24,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.core.messages import Message, text_of
-from proxy.errors import InvalidRequestError
-from proxy.filters import Filter
-from proxy.surfaces import messages as anthropic
-from proxy.surfaces import responses
-from proxy.surfaces.messages_valid import REMOVED
-from proxy.surfaces.shape import shape
+from history_proxy.core.messages import Message, text_of
+from history_proxy.errors import InvalidRequestError
+from history_proxy.filters import Filter
+from history_proxy.surfaces import messages as anthropic
+from history_proxy.surfaces import responses
+from history_proxy.surfaces.messages_valid import REMOVED
+from history_proxy.surfaces.shape import shape
 from tests.factories import corpus_files
 from tests.strategies import conversations
 from tests.support.filter_cases import CASES

@@ -26,8 +26,8 @@ from anthropic.types import MessageParam
 from openai.types.chat import ChatCompletionMessageParam
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as semconv
 
-from proxy.config.loading import ConfigError, json_schema, parse_config
-from proxy.observability import genai
+from history_proxy.config.loading import ConfigError, json_schema, parse_config
+from history_proxy.observability import genai
 from tests.otlp_receiver import ReceivedSpan, Receiver
 from tests.support.client_spans import client_span, root_trace
 from tests.support.recorder import UPSTREAM_KEY, Recorder, recorder  # noqa: F401 (fixture)

@@ -1,4 +1,6 @@
-"""respx for the proxy's upstream client, which sends through :class:`proxy.upstream.transport.LeanTransport`."""
+"""respx for the proxy's upstream client.
+
+It sends through :class:`history_proxy.upstream.transport.LeanTransport`."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from typing import Any, ClassVar
 import httpx
 from respx.mocks import AbstractRequestMocker
 
-from proxy.upstream.transport import Address, ResponseAnswer, Timeouts, wire_headers
+from history_proxy.upstream.transport import Address, ResponseAnswer, Timeouts, wire_headers
 
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 """Environment variables that send the upstream client through an HTTP proxy (and past this mocker)."""
@@ -17,7 +19,7 @@ UPSTREAM_MOCKER = "lean"
 
 
 class LeanTransportMocker(AbstractRequestMocker):
-    """respx for :class:`proxy.upstream.transport.LeanTransport`, the proxy's upstream transport.
+    """respx for :class:`history_proxy.upstream.transport.LeanTransport`, the proxy's upstream transport.
 
     respx's default mocker patches httpcore, which the proxy no longer sends through; this one
     answers the transport's requests from the routes, through both of its doors (httpx's
@@ -27,7 +29,7 @@ class LeanTransportMocker(AbstractRequestMocker):
     """
 
     name = UPSTREAM_MOCKER
-    targets: ClassVar[list[str]] = ["proxy.upstream.transport.LeanTransport"]
+    targets: ClassVar[list[str]] = ["history_proxy.upstream.transport.LeanTransport"]
     target_methods: ClassVar[list[str]] = ["handle_async_request", "exchange"]
 
     @classmethod

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from proxy.cli import main
+from history_proxy.cli import main
 from tests.factories import CORPUS_DIR
 
 SECRET = "sk-plantedSECRETvalue0123456789abcdef"

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from proxy.cli import main
-from proxy.config.loading import load_config
-from proxy.config.locate import CONFIG_ENV, config_path, packaged_config
+from history_proxy.cli import main
+from history_proxy.config.loading import load_config
+from history_proxy.config.locate import CONFIG_ENV, config_path, packaged_config
 from tests.support.serve_process import offline_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -72,7 +72,7 @@ def test_preview_on_a_terminal_with_no_file_prints_usage_instead_of_waiting() ->
     primary, secondary = os.openpty()
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "proxy", "preview"],
+            [sys.executable, "-m", "history_proxy", "preview"],
             stdin=secondary,
             capture_output=True,
             text=True,
@@ -93,7 +93,7 @@ def test_serve_on_a_busy_port_says_so_before_anything_says_serving(tmp_path: Pat
         taken.listen()
         port = taken.getsockname()[1]
         done = subprocess.run(
-            [sys.executable, "-m", "proxy", "serve", "--port", str(port)],
+            [sys.executable, "-m", "history_proxy", "serve", "--port", str(port)],
             capture_output=True,
             text=True,
             timeout=60,
@@ -136,7 +136,7 @@ def test_make_test_names_the_optional_parts_it_builds_or_skips(
 async def test_a_responses_body_sent_to_chat_completions_is_told_where_it_belongs() -> None:
     import httpx
 
-    from proxy.server.app import create_app
+    from history_proxy.server.app import create_app
 
     app = create_app(load_config(packaged_config(), env={}))
     async with (

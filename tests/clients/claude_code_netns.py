@@ -61,7 +61,16 @@ def main(spec_path: str) -> int:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
     direct = spec.get("direct", False)  # no proxy: the CLI talks to the recorder (to record what it sends)
     port = UPSTREAM_PORT if direct else PROXY_PORT
-    command = [sys.executable, "-m", "proxy", "serve", "--config", str(config), "--port", str(PROXY_PORT)]
+    command = [
+        sys.executable,
+        "-m",
+        "history_proxy",
+        "serve",
+        "--config",
+        str(config),
+        "--port",
+        str(PROXY_PORT),
+    ]
     proxy = subprocess.Popen(
         ["true"] if direct else command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
     )

@@ -1,4 +1,5 @@
-"""proxy/config/models.py: strict keys, located errors, ${VAR} interpolation, routes, chains, no secrets shown."""
+"""history_proxy/config/models.py: strict keys, located errors, ${VAR} interpolation, routes, chains,
+no secrets shown."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from proxy.config.loading import ConfigError, json_schema, load_config, parse_config, summary
-from proxy.config.models import DEFAULT_CONFIG_PATH, Config
-from proxy.filters import FILTER_TYPES
+from history_proxy.config.loading import ConfigError, json_schema, load_config, parse_config, summary
+from history_proxy.config.models import DEFAULT_CONFIG_PATH, Config
+from history_proxy.filters import FILTER_TYPES
 
 SECRET = "sk-live-0123456789abcdefSECRET"
 MOCK = {"mock": {"base_url": "mock://"}}

@@ -11,8 +11,8 @@ import jsonschema
 import pytest
 import yaml
 
-from proxy.config.loading import ConfigError, json_schema, load_config, parse_config
-from proxy.filters import FILTER_TYPES
+from history_proxy.config.loading import ConfigError, json_schema, load_config, parse_config
+from history_proxy.filters import FILTER_TYPES
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = sorted(p for p in (REPO / "config").rglob("*.yaml") if not p.is_symlink())

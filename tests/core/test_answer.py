@@ -1,4 +1,4 @@
-"""proxy.core.answer: an answer's id, model, finish reasons and output tokens, in each API's shape."""
+"""history_proxy.core.answer: an answer's id, model, finish reasons and output tokens, in each API's shape."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from proxy.core.answer import AnswerFacts
-from proxy.core.usage import UsageTap
+from history_proxy.core.answer import AnswerFacts
+from history_proxy.core.usage import UsageTap
 
 
 def read(*answers: Any) -> AnswerFacts:

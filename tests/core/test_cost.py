@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from proxy.config.loading import ConfigError, parse_config
-from proxy.config.models import UpstreamConfig
-from proxy.core.cost import ANTHROPIC, OPENAI, CacheSimulator, Pricing
-from proxy.filters.base import Filter
+from history_proxy.config.loading import ConfigError, parse_config
+from history_proxy.config.models import UpstreamConfig
+from history_proxy.core.cost import ANTHROPIC, OPENAI, CacheSimulator, Pricing
+from history_proxy.filters.base import Filter
 
 
 def test_openai_bills_cached_reads_in_128_token_blocks_from_1024_tokens() -> None:
@@ -72,8 +72,8 @@ def test_an_unknown_preset_is_a_located_config_error() -> None:
 
 def test_the_compaction_only_config_is_the_default_worker_chain_without_its_view() -> None:
     """docs/cost.md measures both; they must not drift apart."""
-    from proxy.config.loading import load_config
-    from proxy.config.models import DEFAULT_CONFIG_PATH
+    from history_proxy.config.loading import load_config
+    from history_proxy.config.models import DEFAULT_CONFIG_PATH
 
     def compaction(path: Path) -> list[Filter]:
         policy = load_config(path, env={}).policies.roles["worker"]

@@ -1,4 +1,4 @@
-"""proxy/core/identity.py: who is calling, from headers and the proxy key."""
+"""history_proxy/core/identity.py: who is calling, from headers and the proxy key."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from proxy.config.loading import parse_config
-from proxy.config.models import Config
-from proxy.core.identity import Identity, bearer_token
-from proxy.errors import AuthError, InvalidRequestError
-from proxy.server.caller import resolve_identity
+from history_proxy.config.loading import parse_config
+from history_proxy.config.models import Config
+from history_proxy.core.identity import Identity, bearer_token
+from history_proxy.errors import AuthError, InvalidRequestError
+from history_proxy.server.caller import resolve_identity
 
 MOCK = {"mock": {"base_url": "mock://"}}
 

@@ -1,4 +1,4 @@
-"""proxy/core/messages.py: turns, groups, message types, annotations, text helpers and the invariants."""
+"""history_proxy/core/messages.py: turns, groups, message types, annotations, text helpers and the invariants."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.core.invariants import (
+from history_proxy.core.invariants import (
     broken_invariants,
     cache_mark_count,
     invariant_errors,
     invariants_hold,
     tool_pair_errors,
 )
-from proxy.core.messages import (
+from history_proxy.core.messages import (
     Message,
     classify,
     current_turn_start,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from proxy.core.messages import Message
-from proxy.core.refetch import refetch_count, refetch_notes, refetches
+from history_proxy.core.messages import Message
+from history_proxy.core.refetch import refetch_count, refetch_notes, refetches
 from tests.factories import action, call, result, user
 
 

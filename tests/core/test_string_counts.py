@@ -7,9 +7,9 @@ import random
 import pytest
 import tiktoken
 
-from proxy.core.encodings import CHUNK_CHARS, install_encoding_files, tiktoken_length
-from proxy.core.string_counts import LARGE_CHARS, LOOP_BUDGET, CountLater, StringCounts
-from proxy.core.tokens import approximate_length
+from history_proxy.core.encodings import CHUNK_CHARS, install_encoding_files, tiktoken_length
+from history_proxy.core.string_counts import LARGE_CHARS, LOOP_BUDGET, CountLater, StringCounts
+from history_proxy.core.tokens import approximate_length
 
 WORDS = [
     "hello",

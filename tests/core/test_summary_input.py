@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from proxy.core.summary_input import summary_messages
-from proxy.surfaces import messages, responses
+from history_proxy.core.summary_input import summary_messages
+from history_proxy.surfaces import messages, responses
 
 
 def test_a_messages_view_becomes_plain_chat_with_the_native_image() -> None:

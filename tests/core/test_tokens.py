@@ -1,4 +1,4 @@
-"""proxy/core/tokens.py: OpenAI's chat counting recipe, offline encoding files, the per-string cache."""
+"""history_proxy/core/tokens.py: OpenAI's chat counting recipe, offline encoding files, the per-string cache."""
 
 from __future__ import annotations
 
@@ -14,9 +14,14 @@ import tiktoken_ext.openai_public  # type: ignore[import-untyped]  # tiktoken_ex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.core.encodings import ENCODINGS, encoding_for_model, install_encoding_files, release_rank_table
-from proxy.core.tokens import TokenCounter, TokenCounters, approximate_length
-from proxy.pipeline.run import request_messages
+from history_proxy.core.encodings import (
+    ENCODINGS,
+    encoding_for_model,
+    install_encoding_files,
+    release_rank_table,
+)
+from history_proxy.core.tokens import TokenCounter, TokenCounters, approximate_length
+from history_proxy.pipeline.run import request_messages
 from tests.factories import action, assistant, call, system, user
 from tests.strategies import conversations
 

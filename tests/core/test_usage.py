@@ -12,8 +12,8 @@ import httpx
 import pytest
 import respx
 
-from proxy.core.usage import CacheUsage, UsageTap, usage_of_json
-from proxy.mock.common import approximate_tokens
+from history_proxy.core.usage import CacheUsage, UsageTap, usage_of_json
+from history_proxy.mock.common import approximate_tokens
 from tests.factories import system, user
 from tests.support.access_app import COMPLETION, MAIN, access_lines, conversation, make_config, serve
 from tests.upstream_respx import UPSTREAM_MOCKER

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from proxy.config.loading import ConfigError, parse_config
-from proxy.core.identity import Identity
-from proxy.core.tokens import TokenCounters
-from proxy.core.windows import DEFAULT_WINDOW, output_reserve, window_of
-from proxy.pipeline.run import Pipeline
+from history_proxy.config.loading import ConfigError, parse_config
+from history_proxy.core.identity import Identity
+from history_proxy.core.tokens import TokenCounters
+from history_proxy.core.windows import DEFAULT_WINDOW, output_reserve, window_of
+from history_proxy.pipeline.run import Pipeline
 from tests.factories import exchange, system, user
 
 

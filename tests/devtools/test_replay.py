@@ -16,15 +16,15 @@ from typing import Any
 
 import pytest
 
-from proxy.cli import main
-from proxy.config.loading import load_config
-from proxy.config.models import Config
-from proxy.core.identity import Identity
-from proxy.core.messages import Message
-from proxy.core.tokens import TokenCounters
-from proxy.devtools.replay import replay
-from proxy.devtools.replay_html import render_html
-from proxy.pipeline.run import Pipeline
+from history_proxy.cli import main
+from history_proxy.config.loading import load_config
+from history_proxy.config.models import Config
+from history_proxy.core.identity import Identity
+from history_proxy.core.messages import Message
+from history_proxy.core.tokens import TokenCounters
+from history_proxy.devtools.replay import replay
+from history_proxy.devtools.replay_html import render_html
+from history_proxy.pipeline.run import Pipeline
 from tests.factories import CORPUS_DIR, corpus_body
 
 CONVERSATION = "swe-agent-marshmallow-1867-fc.json"

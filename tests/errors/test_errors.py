@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.errors import (
+from history_proxy.errors import (
     ERROR_SHAPES,
     OPENAI,
     ForbiddenError,
@@ -16,8 +16,8 @@ from proxy.errors import (
     ProxyError,
     render_error,
 )
-from proxy.server.app import create_app
-from proxy.server.edge import error_answer
+from history_proxy.server.app import create_app
+from history_proxy.server.edge import error_answer
 from tests.support.asgi_app import make_config
 
 

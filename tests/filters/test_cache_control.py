@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from proxy.config.loading import load_config
-from proxy.core.invariants import cache_mark_count, invariant_errors
-from proxy.core.messages import Message
-from proxy.filters.base import FilterContext
-from proxy.filters.cache_control import CacheControl
+from history_proxy.config.loading import load_config
+from history_proxy.core.invariants import cache_mark_count, invariant_errors
+from history_proxy.core.messages import Message
+from history_proxy.filters.base import FilterContext
+from history_proxy.filters.cache_control import CacheControl
 from tests.factories import assistant, corpus_body, corpus_files, exchange, role_filters, system, user
 
 ROOT = Path(__file__).resolve().parents[2]

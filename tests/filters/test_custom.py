@@ -10,16 +10,16 @@ from typing import Any, Literal
 import pytest
 from pydantic import Field
 
-from proxy.config.loading import ConfigError, load_config, parse_config
-from proxy.core.identity import Identity
-from proxy.core.invariants import invariant_errors
-from proxy.core.messages import Message
-from proxy.core.tokens import TokenCounters
-from proxy.errors import FilterError
-from proxy.filters.base import Filter, FilterContext
-from proxy.filters.custom import Custom
-from proxy.filters.remove_regex import RemoveRegex
-from proxy.pipeline.run import Pipeline
+from history_proxy.config.loading import ConfigError, load_config, parse_config
+from history_proxy.core.identity import Identity
+from history_proxy.core.invariants import invariant_errors
+from history_proxy.core.messages import Message
+from history_proxy.core.tokens import TokenCounters
+from history_proxy.errors import FilterError
+from history_proxy.filters.base import Filter, FilterContext
+from history_proxy.filters.custom import Custom
+from history_proxy.filters.remove_regex import RemoveRegex
+from history_proxy.pipeline.run import Pipeline
 from tests.factories import assistant, corpus_body, corpus_files, exchange, role_filters, user
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,7 +88,9 @@ def test_a_filter_subclass_gets_its_params_validated_by_its_own_model() -> None:
 
 def test_a_built_in_filter_loaded_by_path_behaves_as_when_named_by_type() -> None:
     params: dict[str, Any] = {"remove": ["<diff>.*</diff>"], "keep_last": 1}
-    custom = configured({"type": "custom", "path": "proxy.filters.remove_regex:RemoveRegex", **params})
+    custom = configured(
+        {"type": "custom", "path": "history_proxy.filters.remove_regex:RemoveRegex", **params}
+    )
     messages = [user("a<diff>x</diff>"), user("b<diff>y</diff>")]
     assert custom.apply(messages, FilterContext()) == RemoveRegex(type="remove_regex", **params).apply(
         messages, FilterContext()
@@ -182,7 +184,7 @@ def test_corpus_output_keeps_the_invariants(path: Path) -> None:
     messages = corpus_body(path.name)["messages"]
     snapshot = copy.deepcopy(messages)
     custom = configured(
-        {"type": "custom", "path": "proxy.filters.remove_regex:RemoveRegex", "remove": [".*"]}
+        {"type": "custom", "path": "history_proxy.filters.remove_regex:RemoveRegex", "remove": [".*"]}
     )
     out = custom.apply(messages, FilterContext())
     assert messages == snapshot

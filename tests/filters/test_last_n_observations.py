@@ -11,17 +11,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from proxy.config.loading import ConfigError, load_config, parse_config
-from proxy.core.cost import ANTHROPIC, Pricing
-from proxy.core.evidence import DISTINCTIVE, message_text
-from proxy.core.invariants import invariant_errors
-from proxy.core.messages import Message, text_of
-from proxy.core.tokens import TokenCounters
-from proxy.devtools.replay import request_ends
-from proxy.filters._cost_trigger import request_points
-from proxy.filters._facts import FactsMemo
-from proxy.filters.base import FilterContext
-from proxy.filters.last_n_observations import LastNObservations, NoticeMemo, line_count, observation_positions
+from history_proxy.config.loading import ConfigError, load_config, parse_config
+from history_proxy.core.cost import ANTHROPIC, Pricing
+from history_proxy.core.evidence import DISTINCTIVE, message_text
+from history_proxy.core.invariants import invariant_errors
+from history_proxy.core.messages import Message, text_of
+from history_proxy.core.tokens import TokenCounters
+from history_proxy.devtools.replay import request_ends
+from history_proxy.filters._cost_trigger import request_points
+from history_proxy.filters._facts import FactsMemo
+from history_proxy.filters.base import FilterContext
+from history_proxy.filters.last_n_observations import (
+    LastNObservations,
+    NoticeMemo,
+    line_count,
+    observation_positions,
+)
 from tests.factories import (
     action,
     assistant,

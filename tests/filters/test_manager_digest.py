@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from proxy.core.invariants import invariant_errors
-from proxy.core.messages import Message, leading_system_count, newest_user_index
-from proxy.filters.base import FilterContext
-from proxy.filters.manager_digest import DEFAULT_INSTRUCTION, ManagerDigest, recent_for_budget
+from history_proxy.core.invariants import invariant_errors
+from history_proxy.core.messages import Message, leading_system_count, newest_user_index
+from history_proxy.filters.base import FilterContext
+from history_proxy.filters.manager_digest import DEFAULT_INSTRUCTION, ManagerDigest, recent_for_budget
 from tests.factories import (
     action,
     assistant,

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from proxy.core.invariants import invariant_errors
-from proxy.core.messages import Message, leading_system_count, newest_user_index
-from proxy.filters._views import Turns, view_turn
-from proxy.filters.base import FilterContext
-from proxy.filters.manager_view import ManagerView
+from history_proxy.core.invariants import invariant_errors
+from history_proxy.core.messages import Message, leading_system_count, newest_user_index
+from history_proxy.filters._views import Turns, view_turn
+from history_proxy.filters.base import FilterContext
+from history_proxy.filters.manager_view import ManagerView
 from tests.factories import action, assistant, call, corpus_body, corpus_files, exchange, result, system, user
 
 

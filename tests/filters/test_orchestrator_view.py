@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from proxy.core.invariants import invariant_errors
-from proxy.core.messages import Message, newest_user_index
-from proxy.filters._views import view_turn
-from proxy.filters.base import FilterContext
-from proxy.filters.orchestrator_view import OrchestratorView
+from history_proxy.core.invariants import invariant_errors
+from history_proxy.core.messages import Message, newest_user_index
+from history_proxy.filters._views import view_turn
+from history_proxy.filters.base import FilterContext
+from history_proxy.filters.orchestrator_view import OrchestratorView
 from tests.factories import action, assistant, call, corpus_body, corpus_files, exchange, result, system, user
 
 CTX = FilterContext(role="orchestrator")

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from proxy.config.loading import ConfigError, load_config, parse_config
-from proxy.core.invariants import invariant_errors
-from proxy.core.messages import Message
-from proxy.filters.base import FilterContext
-from proxy.filters.remove_regex import PLACEHOLDER, RemoveRegex
+from history_proxy.config.loading import ConfigError, load_config, parse_config
+from history_proxy.core.invariants import invariant_errors
+from history_proxy.core.messages import Message
+from history_proxy.filters.base import FilterContext
+from history_proxy.filters.remove_regex import PLACEHOLDER, RemoveRegex
 from tests.factories import action, assistant, corpus_body, corpus_files, exchange, role_filters, system, user
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from proxy.core.cost import ANTHROPIC, Pricing
-from proxy.core.invariants import broken_invariants
-from proxy.core.messages import Message, leading_system_count, newest_user_index, turn_spans
-from proxy.core.tokens import TokenCounters
-from proxy.filters.base import FilterContext
-from proxy.filters.sliding_window import SlidingWindow
+from history_proxy.core.cost import ANTHROPIC, Pricing
+from history_proxy.core.invariants import broken_invariants
+from history_proxy.core.messages import Message, leading_system_count, newest_user_index, turn_spans
+from history_proxy.core.tokens import TokenCounters
+from history_proxy.filters.base import FilterContext
+from history_proxy.filters.sliding_window import SlidingWindow
 from tests.factories import (
     action,
     assistant,

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from proxy.core.invariants import invariant_errors
-from proxy.core.messages import Message, group_spans, leading_system_count, newest_user_index
-from proxy.filters.base import FilterContext
-from proxy.filters.sop_digest import SopDigest
+from history_proxy.core.invariants import invariant_errors
+from history_proxy.core.messages import Message, group_spans, leading_system_count, newest_user_index
+from history_proxy.filters.base import FilterContext
+from history_proxy.filters.sop_digest import SopDigest
 from tests.factories import (
     action,
     assistant,

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from proxy.config.loading import ConfigError, parse_config
-from proxy.core.invariants import broken_invariants, invariant_errors
-from proxy.core.messages import Message, leading_system_count, turn_spans
-from proxy.core.tokens import TokenCounters
-from proxy.filters.base import FilterContext
-from proxy.filters.summarize import DEFAULT_SUMMARY_PROMPT, FALLBACK_NOTE, SUMMARY_HEADING, Summarize
+from history_proxy.config.loading import ConfigError, parse_config
+from history_proxy.core.invariants import broken_invariants, invariant_errors
+from history_proxy.core.messages import Message, leading_system_count, turn_spans
+from history_proxy.core.tokens import TokenCounters
+from history_proxy.filters.base import FilterContext
+from history_proxy.filters.summarize import DEFAULT_SUMMARY_PROMPT, FALLBACK_NOTE, SUMMARY_HEADING, Summarize
 from tests.factories import (
     action,
     assistant,
@@ -193,7 +193,7 @@ def test_consecutive_requests_of_a_growing_conversation_share_the_prefix_until_t
             changed_at.append(turn_count(full[:length]))
         previous = out
     assert changed_at == [5, 8, 11, 14]  # span = (turns - keep_recent) // step * step
-    # only four distinct spans are ever asked for: the cache (proxy.summaries.cache) makes that four calls
+    # only four distinct spans are ever asked for: the cache (history_proxy.summaries.cache) makes that four calls
     assert len({len(c["messages"]) for c in fake.calls}) == 4
 
 

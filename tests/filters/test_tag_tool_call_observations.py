@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from proxy.config.loading import ConfigError, load_config, parse_config
-from proxy.core.invariants import invariant_errors
-from proxy.core.messages import Message, tool_call_names
-from proxy.filters.base import FilterContext
-from proxy.filters.last_n_observations import LastNObservations
-from proxy.filters.tag_tool_call_observations import TagToolCallObservations
+from history_proxy.config.loading import ConfigError, load_config, parse_config
+from history_proxy.core.invariants import invariant_errors
+from history_proxy.core.messages import Message, tool_call_names
+from history_proxy.filters.base import FilterContext
+from history_proxy.filters.last_n_observations import LastNObservations
+from history_proxy.filters.tag_tool_call_observations import TagToolCallObservations
 from tests.factories import (
     action,
     call,

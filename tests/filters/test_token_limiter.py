@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from proxy.core.invariants import broken_invariants
-from proxy.core.messages import Message, group_spans, leading_system_count, newest_user_index
-from proxy.core.tokens import TokenCounters
-from proxy.filters.base import FilterContext
-from proxy.filters.token_limiter import TokenLimiter
+from history_proxy.core.invariants import broken_invariants
+from history_proxy.core.messages import Message, group_spans, leading_system_count, newest_user_index
+from history_proxy.core.tokens import TokenCounters
+from history_proxy.filters.base import FilterContext
+from history_proxy.filters.token_limiter import TokenLimiter
 from tests.factories import (
     action,
     assistant,

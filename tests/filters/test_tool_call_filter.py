@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from proxy.core.invariants import broken_invariants, invariant_errors
-from proxy.core.messages import Message, NotApplicable
-from proxy.filters.base import FilterContext
-from proxy.filters.tool_call_filter import ToolCallFilter
+from history_proxy.core.invariants import broken_invariants, invariant_errors
+from history_proxy.core.messages import Message, NotApplicable
+from history_proxy.filters.base import FilterContext
+from history_proxy.filters.tool_call_filter import ToolCallFilter
 from tests.factories import (
     action,
     assistant,

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from proxy.core.cost import ANTHROPIC, Pricing
-from proxy.core.invariants import invariant_errors
-from proxy.core.messages import Message, leading_system_count, newest_user_index
-from proxy.core.tokens import TokenCounters
-from proxy.filters.base import FilterContext
-from proxy.filters.tool_result_truncation import DEFAULT_NOTICE, ToolResultTruncation
+from history_proxy.core.cost import ANTHROPIC, Pricing
+from history_proxy.core.invariants import invariant_errors
+from history_proxy.core.messages import Message, leading_system_count, newest_user_index
+from history_proxy.core.tokens import TokenCounters
+from history_proxy.filters.base import FilterContext
+from history_proxy.filters.tool_result_truncation import DEFAULT_NOTICE, ToolResultTruncation
 from tests.factories import assistant, corpus_body, corpus_files, exchange, parallel, system, user
 
 CTX = FilterContext(role="worker", model="gpt-4o")
@@ -196,7 +196,7 @@ def test_the_cost_trigger_leaves_a_short_conversation_alone() -> None:
 
 
 def test_the_cost_trigger_cuts_in_a_few_large_steps_and_the_prefix_holds_between_them() -> None:
-    from proxy.devtools.replay import request_ends
+    from history_proxy.devtools.replay import request_ends
 
     messages = corpus_body("openhands-codeact-ponylang-ponyc-4588.json")["messages"]
     previous: list[Message] = []

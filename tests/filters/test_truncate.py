@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from proxy.core.invariants import broken_invariants
-from proxy.core.messages import Message, leading_system_count, newest_user_index, turn_spans
-from proxy.core.tokens import TokenCounters
-from proxy.filters.base import FilterContext
-from proxy.filters.truncate import Truncate
+from history_proxy.core.invariants import broken_invariants
+from history_proxy.core.messages import Message, leading_system_count, newest_user_index, turn_spans
+from history_proxy.core.tokens import TokenCounters
+from history_proxy.filters.base import FilterContext
+from history_proxy.filters.truncate import Truncate
 from tests.factories import (
     action,
     assistant,

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from proxy.core.cost import ANTHROPIC, Pricing
-from proxy.core.invariants import invariant_errors
-from proxy.core.messages import Message, has_text, is_action, leading_system_count, newest_user_index
-from proxy.core.tokens import TokenCounters
-from proxy.devtools.replay import request_ends
-from proxy.filters.base import FilterContext
-from proxy.filters.worker_compaction import WorkerCompaction
+from history_proxy.core.cost import ANTHROPIC, Pricing
+from history_proxy.core.invariants import invariant_errors
+from history_proxy.core.messages import Message, has_text, is_action, leading_system_count, newest_user_index
+from history_proxy.core.tokens import TokenCounters
+from history_proxy.devtools.replay import request_ends
+from history_proxy.filters.base import FilterContext
+from history_proxy.filters.worker_compaction import WorkerCompaction
 from tests.factories import (
     action,
     assistant,

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from proxy.core.invariants import invariant_errors
-from proxy.core.messages import Message, classify, leading_system_count, newest_user_index
-from proxy.filters._views import TurnPattern, Turns, producing_agent, view_turn
-from proxy.filters.base import FilterContext
-from proxy.filters.worker_view import WorkerView
+from history_proxy.core.invariants import invariant_errors
+from history_proxy.core.messages import Message, classify, leading_system_count, newest_user_index
+from history_proxy.filters._views import TurnPattern, Turns, producing_agent, view_turn
+from history_proxy.filters.base import FilterContext
+from history_proxy.filters.worker_view import WorkerView
 from tests.factories import action, assistant, call, corpus_body, corpus_files, exchange, result, system, user
 
 AUTOGEN_FILES = [p for p in corpus_files() if p.name.startswith("autogen-")]

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from proxy.core.messages import Message
-from proxy.mock.cache import PromptCache
-from proxy.mock.common import approximate_tokens, cache_report
-from proxy.mock.upstream import create_mock_app
+from history_proxy.core.messages import Message
+from history_proxy.mock.cache import PromptCache
+from history_proxy.mock.common import approximate_tokens, cache_report
+from history_proxy.mock.upstream import create_mock_app
 from tests.factories import assistant, system, user
 from tests.support.mock_client import send
 

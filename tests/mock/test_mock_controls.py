@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.mock.upstream import create_mock_app
+from history_proxy.mock.upstream import create_mock_app
 
 BODIES: dict[str, dict[str, Any]] = {
     "/v1/chat/completions": {"model": "m", "messages": [{"role": "user", "content": "hi"}]},

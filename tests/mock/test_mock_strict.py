@@ -9,7 +9,7 @@ import httpx2
 import openai
 import pytest
 
-from proxy.mock.upstream import create_mock_app
+from history_proxy.mock.upstream import create_mock_app
 from tests.support.mock_client import send
 
 CALL = {"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 from starlette.applications import Starlette
 
-from proxy.mock.upstream import create_mock_app
+from history_proxy.mock.upstream import create_mock_app
 from tests.factories import action, assistant, result, system, user
 from tests.support.mock_client import send
 

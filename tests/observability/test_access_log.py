@@ -18,7 +18,7 @@ import httpx
 import pytest
 import respx
 
-from proxy.observability.logs import JsonFormatter, TextFormatter, redact
+from history_proxy.observability.logs import JsonFormatter, TextFormatter, redact
 from tests.factories import user
 from tests.support.access_app import (
     CLIENT_SECRET,
@@ -215,7 +215,7 @@ def test_serve_prints_the_access_line_and_uvicorns_lines_once_each(tmp_path: Pat
     stderr = tmp_path / "stderr.log"
     with stderr.open("wb") as sink:
         server = subprocess.Popen(
-            [sys.executable, "-m", "proxy", "serve", "--config", str(config), "--port", str(port)],
+            [sys.executable, "-m", "history_proxy", "serve", "--config", str(config), "--port", str(port)],
             stdout=subprocess.DEVNULL,
             stderr=sink,
             start_new_session=True,

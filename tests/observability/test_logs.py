@@ -12,10 +12,10 @@ import httpx
 import pytest
 import respx
 
-from proxy.config.loading import parse_config
-from proxy.observability import metrics
-from proxy.observability.logs import REDACTED, JsonFormatter, redact
-from proxy.server.app import create_app
+from history_proxy.config.loading import parse_config
+from history_proxy.observability import metrics
+from history_proxy.observability.logs import REDACTED, JsonFormatter, redact
+from history_proxy.server.app import create_app
 from tests.upstream_respx import UPSTREAM_MOCKER
 
 pytestmark = pytest.mark.anyio

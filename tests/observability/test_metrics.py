@@ -22,15 +22,15 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.types import Message as AsgiMessage
 from starlette.types import Scope
 
-from proxy.config.loading import parse_config
-from proxy.config.models import Config
-from proxy.core.identity import Identity
-from proxy.core.messages import Message
-from proxy.core.tokens import TokenCounters
-from proxy.filters.base import FilterContext
-from proxy.observability import collectors
-from proxy.pipeline.run import Pipeline
-from proxy.server.app import create_app
+from history_proxy.config.loading import parse_config
+from history_proxy.config.models import Config
+from history_proxy.core.identity import Identity
+from history_proxy.core.messages import Message
+from history_proxy.core.tokens import TokenCounters
+from history_proxy.filters.base import FilterContext
+from history_proxy.observability import collectors
+from history_proxy.pipeline.run import Pipeline
+from history_proxy.server.app import create_app
 from tests.factories import action, result, system, user
 from tests.support.asgi_app import serve
 
@@ -309,7 +309,7 @@ def test_with_several_workers_every_scrape_counts_every_workers_requests(tmp_pat
         [
             sys.executable,
             "-m",
-            "proxy",
+            "history_proxy",
             "serve",
             "--config",
             str(config),

@@ -1,4 +1,4 @@
-"""proxy.observability.otlp_wire writes what the SDK's own OTLP encoder writes, decoded field by field."""
+"""history_proxy.observability.otlp_wire writes what the SDK's own OTLP encoder writes, decoded field by field."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from opentelemetry.trace import (
 )
 from opentelemetry.trace.span import TraceState
 
-from proxy.observability.otlp_wire import encode_spans
+from history_proxy.observability.otlp_wire import encode_spans
 
 
 class Keep(SpanExporter):

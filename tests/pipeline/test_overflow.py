@@ -11,9 +11,9 @@ import httpx
 import pytest
 import respx
 
-from proxy.core.messages import Message
-from proxy.core.tokens import TokenCounters
-from proxy.pipeline.overflow import Overflow, overflow_of
+from history_proxy.core.messages import Message
+from history_proxy.core.tokens import TokenCounters
+from history_proxy.pipeline.overflow import Overflow, overflow_of
 from tests.factories import exchange, system, user
 from tests.support.access_app import COMPLETION, MAIN, access_lines, make_config, serve
 from tests.upstream_respx import UPSTREAM_MOCKER

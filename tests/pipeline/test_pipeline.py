@@ -1,4 +1,4 @@
-"""proxy/pipeline/run.py: request checks, the chain run, validation after each filter, the report."""
+"""history_proxy/pipeline/run.py: request checks, the chain run, validation after each filter, the report."""
 
 from __future__ import annotations
 
@@ -9,19 +9,19 @@ from typing import Any, Literal
 
 import pytest
 
-from proxy.config.loading import parse_config
-from proxy.config.models import Config
-from proxy.config.policies import PoliciesConfig
-from proxy.core.identity import Identity
-from proxy.core.invariants import cache_mark_count
-from proxy.core.messages import Message, NotApplicable
-from proxy.core.tokens import TokenCounters
-from proxy.errors import FilterError, InvalidRequestError
-from proxy.filters import Filter, FilterContext
-from proxy.filters.last_n_observations import LastNObservations
-from proxy.filters.passthrough import Passthrough
-from proxy.filters.token_limiter import TokenLimiter
-from proxy.pipeline.run import Pipeline, PipelineResult
+from history_proxy.config.loading import parse_config
+from history_proxy.config.models import Config
+from history_proxy.config.policies import PoliciesConfig
+from history_proxy.core.identity import Identity
+from history_proxy.core.invariants import cache_mark_count
+from history_proxy.core.messages import Message, NotApplicable
+from history_proxy.core.tokens import TokenCounters
+from history_proxy.errors import FilterError, InvalidRequestError
+from history_proxy.filters import Filter, FilterContext
+from history_proxy.filters.last_n_observations import LastNObservations
+from history_proxy.filters.passthrough import Passthrough
+from history_proxy.filters.token_limiter import TokenLimiter
+from history_proxy.pipeline.run import Pipeline, PipelineResult
 from tests.factories import action, assistant, call, exchange, result, system, user
 
 TOKENS = TokenCounters()
@@ -282,7 +282,7 @@ def test_an_unchanged_chain_reports_the_same_figures_after_as_before_in_their_ow
 def test_one_pipeline_gives_every_caller_its_own_chain_past_the_callers_it_remembers(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("proxy.pipeline.run.MAX_RESOLVED_CALLERS", 2)
+    monkeypatch.setattr("history_proxy.pipeline.run.MAX_RESOLVED_CALLERS", 2)
     config = make_config(
         global_=[Record(note="global")],
         tenants={"team-a": [Record(note="tenant")]},

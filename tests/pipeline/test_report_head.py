@@ -1,5 +1,5 @@
 """Every token report opens with the same fields, in the same order, whether the chain ran or the
-request was forwarded unshaped (proxy/pipeline/report.py writes that head once)."""
+request was forwarded unshaped (history_proxy/pipeline/report.py writes that head once)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from proxy.config.models import Config
-from proxy.core.identity import Identity
-from proxy.core.tokens import TokenCounters
-from proxy.pipeline.run import Pipeline
-from proxy.surfaces.shape import shape
+from history_proxy.config.models import Config
+from history_proxy.core.identity import Identity
+from history_proxy.core.tokens import TokenCounters
+from history_proxy.pipeline.run import Pipeline
+from history_proxy.surfaces.shape import shape
 
 HEAD = ["role", "agent", "tenant", "phase", "model", "upstream", "chain", "before", "after", "filters"]
 

@@ -6,12 +6,12 @@ import asyncio
 
 import pytest
 
-from proxy.core.identity import Identity
-from proxy.core.messages import Message
-from proxy.errors import ForbiddenError
-from proxy.filters.base import Summarizer
-from proxy.pipeline.scope import caller_summarizer
-from proxy.summaries.cache import CachingSummarizer, summary_key
+from history_proxy.core.identity import Identity
+from history_proxy.core.messages import Message
+from history_proxy.errors import ForbiddenError
+from history_proxy.filters.base import Summarizer
+from history_proxy.pipeline.scope import caller_summarizer
+from history_proxy.summaries.cache import CachingSummarizer, summary_key
 
 MESSAGES: list[Message] = [
     {"role": "user", "content": "the PIN is 4171"},

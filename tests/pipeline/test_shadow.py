@@ -13,14 +13,14 @@ import pytest
 import respx
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.config.loading import ConfigError, parse_config, summary
-from proxy.config.models import Config
-from proxy.core.identity import Identity
-from proxy.core.messages import Message
-from proxy.core.tokens import TokenCounters
-from proxy.devtools.replay import replay
-from proxy.filters.base import FilterContext
-from proxy.pipeline.run import Pipeline
+from history_proxy.config.loading import ConfigError, parse_config, summary
+from history_proxy.config.models import Config
+from history_proxy.core.identity import Identity
+from history_proxy.core.messages import Message
+from history_proxy.core.tokens import TokenCounters
+from history_proxy.devtools.replay import replay
+from history_proxy.filters.base import FilterContext
+from history_proxy.pipeline.run import Pipeline
 from tests.factories import action, result, system, user
 from tests.support.asgi_app import serve
 from tests.upstream_respx import UPSTREAM_MOCKER

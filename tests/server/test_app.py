@@ -16,12 +16,12 @@ import respx
 from starlette.types import Message as AsgiMessage
 from starlette.types import Scope
 
-from proxy.config.loading import parse_config
-from proxy.core.messages import Message
-from proxy.filters.base import FilterContext
-from proxy.pipeline.headers import history_headers
-from proxy.pipeline.run import PipelineResult
-from proxy.server.app import app_from_env, create_app
+from history_proxy.config.loading import parse_config
+from history_proxy.core.messages import Message
+from history_proxy.filters.base import FilterContext
+from history_proxy.pipeline.headers import history_headers
+from history_proxy.pipeline.run import PipelineResult
+from history_proxy.server.app import app_from_env, create_app
 from tests.factories import action, assistant, result, system, user
 from tests.support.asgi_app import CLAUDE, COMPLETION, MAIN, PROXY_KEY, UPSTREAM_KEY, chat, make_config, serve
 

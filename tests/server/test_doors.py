@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from starlette.types import Scope
 
-from proxy.server.doors import canonical, normalise
+from history_proxy.server.doors import canonical, normalise
 
 
 @pytest.mark.parametrize(

@@ -11,9 +11,9 @@ import httpx
 import pytest
 import respx
 
-from proxy.observability.access import fresh_request_id
-from proxy.server.app import app_from_env, create_app
-from proxy.server.gc_tuning import GC_YOUNG_THRESHOLD
+from history_proxy.observability.access import fresh_request_id
+from history_proxy.server.app import app_from_env, create_app
+from history_proxy.server.gc_tuning import GC_YOUNG_THRESHOLD
 from tests.support.asgi_app import COMPLETION, MAIN, chat, make_config, serve
 
 pytestmark = pytest.mark.anyio

@@ -26,12 +26,12 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy import cli
-from proxy.config.loading import parse_config
-from proxy.config.models import Config
-from proxy.core.messages import KNOWN_ROLES, MESSAGE_TYPES, text_of
-from proxy.server.app import create_app
-from proxy.server.caller import tenant_for_key
+from history_proxy import cli
+from history_proxy.config.loading import parse_config
+from history_proxy.config.models import Config
+from history_proxy.core.messages import KNOWN_ROLES, MESSAGE_TYPES, text_of
+from history_proxy.server.app import create_app
+from history_proxy.server.caller import tenant_for_key
 from tests.factories import action, corpus_body, corpus_files, result, system, user
 from tests.strategies import PROPERTY_SETTINGS, conversations
 from tests.support.asgi_app import serve
@@ -602,7 +602,7 @@ def test_every_proxy_key_is_compared_even_after_a_match(monkeypatch: pytest.Monk
         compared.append(a)
         return compare(a, b)
 
-    monkeypatch.setattr("proxy.server.caller.hmac.compare_digest", recording)
+    monkeypatch.setattr("history_proxy.server.caller.hmac.compare_digest", recording)
     assert tenant_for_key(config, PROXY_KEY) == "a"
     assert len(compared) == 3  # no early exit on the first match: the time does not tell which key matched
 

@@ -9,9 +9,9 @@ from contextlib import asynccontextmanager
 import httpx
 import pytest
 
-from proxy.config.loading import load_config
-from proxy.config.models import DEFAULT_CONFIG_PATH
-from proxy.server.app import create_app
+from history_proxy.config.loading import load_config
+from history_proxy.config.models import DEFAULT_CONFIG_PATH
+from history_proxy.server.app import create_app
 from tests.factories import action, assistant, call, result, system, user
 
 pytestmark = pytest.mark.anyio
@@ -132,8 +132,8 @@ async def test_a_role_in_other_case_runs_that_roles_chain_with_a_note() -> None:
 
 
 def test_the_access_line_names_the_role_as_sent_beside_the_role_served() -> None:
-    from proxy.core.identity import Identity
-    from proxy.observability.access import Exchange
+    from history_proxy.core.identity import Identity
+    from history_proxy.observability.access import Exchange
 
     who = Identity(role="default", notes=("identity:role_unknown:Reviewer",), role_sent="Reviewer")
     fields = Exchange(

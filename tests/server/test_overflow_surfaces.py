@@ -21,11 +21,11 @@ import pytest
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
-from proxy.config.loading import parse_config
-from proxy.core.tokens import TokenCounters
-from proxy.server.app import create_app
-from proxy.surfaces import messages as anthropic_surface
-from proxy.surfaces import responses as responses_surface
+from history_proxy.config.loading import parse_config
+from history_proxy.core.tokens import TokenCounters
+from history_proxy.server.app import create_app
+from history_proxy.surfaces import messages as anthropic_surface
+from history_proxy.surfaces import responses as responses_surface
 from tests.factories import exchange, system, user
 from tests.support.access_app import access_lines
 from tests.support.recorder import Recorder, serve_in_thread

@@ -16,8 +16,8 @@ import pytest
 import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.config.loading import parse_config
-from proxy.mock.upstream import create_mock_app
+from history_proxy.config.loading import parse_config
+from history_proxy.mock.upstream import create_mock_app
 from tests.support.faults import (
     LOOPBACK,
     NOTICE_S,
@@ -253,7 +253,7 @@ async def test_idle_upstream_connections_are_closed_once_their_keep_alive_ends(
 ) -> None:
     """Pooled keep-alive connections to the upstream are closed after their keep-alive even when no
     more requests come (the sweeper closes them; nothing else would)."""
-    monkeypatch.setattr("proxy.upstream.pools.KEEPALIVE_S", 0.3)
+    monkeypatch.setattr("history_proxy.upstream.pools.KEEPALIVE_S", 0.3)
     mock = InProcessServer(
         uvicorn.Config(create_mock_app(), lifespan="off", log_config=None, access_log=False)
     )

@@ -23,8 +23,8 @@ import respx
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.config.loading import ConfigError, load_config, parse_config
-from proxy.server.app import create_app
+from history_proxy.config.loading import ConfigError, load_config, parse_config
+from history_proxy.server.app import create_app
 from tests.factories import action, result, system, user
 from tests.support.serve_process import serving
 from tests.upstream_respx import UPSTREAM_MOCKER

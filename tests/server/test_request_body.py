@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from proxy.config.models import LimitsConfig
-from proxy.errors import PayloadTooLargeError
-from proxy.server.body import check_containers, encode_json, parse_body
+from history_proxy.config.models import LimitsConfig
+from history_proxy.errors import PayloadTooLargeError
+from history_proxy.server.body import check_containers, encode_json, parse_body
 from tests.factories import corpus_files
 
 

@@ -18,10 +18,10 @@ import pytest
 import respx
 from openai.types.chat import ChatCompletionFunctionToolParam
 
-from proxy.config.loading import parse_config
-from proxy.config.models import Config
-from proxy.core.messages import Message
-from proxy.server.app import create_app
+from history_proxy.config.loading import parse_config
+from history_proxy.config.models import Config
+from history_proxy.core.messages import Message
+from history_proxy.server.app import create_app
 from tests.factories import action, call, result, system, user
 from tests.upstream_respx import UPSTREAM_MOCKER
 

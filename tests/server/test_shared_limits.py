@@ -13,10 +13,10 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.config.loading import parse_config
-from proxy.config.models import Config
-from proxy.server.quotas import LocalCounters, Rate, Slot
-from proxy.server.shared_limits import SharedCounters
+from history_proxy.config.loading import parse_config
+from history_proxy.config.models import Config
+from history_proxy.server.quotas import LocalCounters, Rate, Slot
+from history_proxy.server.shared_limits import SharedCounters
 from tests.support.faults import FaultUpstream, chat, eventually, serving
 from tests.support.redis_server import RedisServer, redis_server
 from tests.support.tenants import KEYS, bearer
@@ -147,7 +147,7 @@ async def test_the_rate_window_slides_the_previous_minute_out_and_says_when_to_r
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     now = [6000.0]  # the start of a minute
-    monkeypatch.setattr("proxy.server.quotas.time.time", lambda: now[0])
+    monkeypatch.setattr("history_proxy.server.quotas.time.time", lambda: now[0])
     rate = Rate("tenant:a:requests", 10, 1, "limits.per_tenant.requests_per_minute", "tenant 'a'")
     counters = LocalCounters()
     assert [await counters.admit(None, "m", [rate]) for _ in range(10)] == [None] * 10

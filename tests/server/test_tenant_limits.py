@@ -9,8 +9,8 @@ import httpx
 import pytest
 import respx
 
-from proxy.config.loading import ConfigError, parse_config
-from proxy.config.models import Config
+from history_proxy.config.loading import ConfigError, parse_config
+from history_proxy.config.models import Config
 from tests.support.asgi_app import CLAUDE, COMPLETION, MAIN, UPSTREAM_KEY, make_config, serve
 from tests.support.asgi_app import chat as chat_of
 from tests.support.faults import FaultUpstream, chat, eventually, serving

@@ -14,12 +14,12 @@ import httpx
 import pytest
 import respx
 
-from proxy.config.loading import parse_config
-from proxy.config.models import Config
-from proxy.core.messages import Message
-from proxy.filters.summarize import SUMMARY_HEADING
-from proxy.server.app import create_app
-from proxy.summaries.store import RedisBackend
+from history_proxy.config.loading import parse_config
+from history_proxy.config.models import Config
+from history_proxy.core.messages import Message
+from history_proxy.filters.summarize import SUMMARY_HEADING
+from history_proxy.server.app import create_app
+from history_proxy.summaries.store import RedisBackend
 from tests.factories import action, assistant, call, result, system, user
 from tests.support.redis_server import PREFIX, RedisServer
 

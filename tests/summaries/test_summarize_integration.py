@@ -11,10 +11,10 @@ import httpx
 import pytest
 import respx
 
-from proxy.config.loading import load_config, parse_config
-from proxy.config.models import DEFAULT_CONFIG_PATH, Config
-from proxy.core.messages import Message
-from proxy.filters.summarize import SUMMARY_HEADING
+from history_proxy.config.loading import load_config, parse_config
+from history_proxy.config.models import DEFAULT_CONFIG_PATH, Config
+from history_proxy.core.messages import Message
+from history_proxy.filters.summarize import SUMMARY_HEADING
 from tests.factories import action, assistant, call, result, system, user
 from tests.support.asgi_app import serve
 

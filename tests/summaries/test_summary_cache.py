@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from proxy.config.loading import ConfigError, parse_config, summary
-from proxy.core.messages import Message
-from proxy.errors import UpstreamUnavailableError
-from proxy.summaries.cache import CachingSummarizer, summary_key
-from proxy.summaries.store import MemoryBackend, RedisBackend, summary_backend
+from history_proxy.config.loading import ConfigError, parse_config, summary
+from history_proxy.core.messages import Message
+from history_proxy.errors import UpstreamUnavailableError
+from history_proxy.summaries.cache import CachingSummarizer, summary_key
+from history_proxy.summaries.store import MemoryBackend, RedisBackend, summary_backend
 from tests.factories import action, assistant, call, result, user
 
 pytestmark = pytest.mark.anyio

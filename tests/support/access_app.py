@@ -10,10 +10,10 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.config.loading import parse_config
-from proxy.config.models import Config
-from proxy.core.messages import Message
-from proxy.server.app import create_app
+from history_proxy.config.loading import parse_config
+from history_proxy.config.models import Config
+from history_proxy.core.messages import Message
+from history_proxy.server.app import create_app
 from tests.factories import action, result, system, user
 
 MAIN = "https://upstream.test/v1"

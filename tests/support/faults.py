@@ -17,9 +17,9 @@ from typing import Any, Self
 import anyio
 import uvicorn
 
-from proxy.config.loading import parse_config
-from proxy.config.models import Config
-from proxy.server.app import create_app
+from history_proxy.config.loading import parse_config
+from history_proxy.config.models import Config
+from history_proxy.server.app import create_app
 
 LOOPBACK = "127.0.0.1"
 PATIENCE_S = 30  # how long a misbehaving upstream would keep going if nobody stopped it

@@ -9,9 +9,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from proxy.config.loading import ConfigError, load_config
-from proxy.config.models import Config
-from proxy.filters import FILTER_TYPES, Filter
+from history_proxy.config.loading import ConfigError, load_config
+from history_proxy.config.models import Config
+from history_proxy.filters import FILTER_TYPES, Filter
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "config" / "examples"
 TIGHT_BUDGETS = (40, 150, 400)

@@ -12,7 +12,7 @@ import pytest
 import uvicorn
 from starlette.types import Message, Receive, Scope, Send
 
-from proxy.mock.upstream import create_mock_app
+from history_proxy.mock.upstream import create_mock_app
 from tests.support.serve_process import free_port
 
 UPSTREAM_KEY = "sk-ant-upstream-key"

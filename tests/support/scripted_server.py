@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from proxy.upstream.transport import LeanTransport
+from history_proxy.upstream.transport import LeanTransport
 
 LOOPBACK = "127.0.0.1"
 Answer = Callable[[bytes, asyncio.StreamWriter], Awaitable[bool]]

@@ -36,7 +36,7 @@ def offline_env() -> dict[str, str]:
 
 @dataclass
 class Server:
-    """A `python -m proxy ...` subprocess listening on ``port``."""
+    """A `python -m history_proxy ...` subprocess listening on ``port``."""
 
     process: subprocess.Popen[bytes]
     port: int
@@ -76,7 +76,7 @@ def start(*args: str, log: Path, ready_path: str) -> Iterator[Server]:
     port = free_port()
     with log.open("wb") as sink:
         process = subprocess.Popen(
-            [sys.executable, "-m", "proxy", *args, "--port", str(port)],
+            [sys.executable, "-m", "history_proxy", *args, "--port", str(port)],
             cwd=REPO,
             env=offline_env(),
             stdout=sink,
@@ -99,7 +99,17 @@ def serving(path: Path, tmp_path: Path, *options: str) -> Iterator[tuple[str, su
     hidden = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "HISTORY_PROXY_CONFIG", "PROMETHEUS_MULTIPROC_DIR")
     env = {k: v for k, v in os.environ.items() if k not in hidden}
     log = (tmp_path / "serve.log").open("wb")
-    command = [sys.executable, "-m", "proxy", "serve", "--config", str(path), "--port", str(port), *options]
+    command = [
+        sys.executable,
+        "-m",
+        "history_proxy",
+        "serve",
+        "--config",
+        str(path),
+        "--port",
+        str(port),
+        *options,
+    ]
     server = subprocess.Popen(
         command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
     )

@@ -8,11 +8,11 @@ from typing import Any
 
 import yaml
 
-from proxy.config.models import Config
-from proxy.core.identity import Identity
-from proxy.core.tokens import TokenCounters
-from proxy.pipeline.run import Pipeline
-from proxy.surfaces.shape import shape
+from history_proxy.config.models import Config
+from history_proxy.core.identity import Identity
+from history_proxy.core.tokens import TokenCounters
+from history_proxy.pipeline.run import Pipeline
+from history_proxy.surfaces.shape import shape
 
 REPO = Path(__file__).resolve().parents[2]
 NO_NETWORK_ROLES = ("orchestrator", "manager", "worker", "default")

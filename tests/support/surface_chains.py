@@ -7,10 +7,10 @@ from typing import Any
 
 from hypothesis import settings
 
-from proxy.config.models import Config
-from proxy.core.identity import Identity
-from proxy.filters import Filter
-from proxy.pipeline.run import Pipeline
+from history_proxy.config.models import Config
+from history_proxy.core.identity import Identity
+from history_proxy.filters import Filter
+from history_proxy.pipeline.run import Pipeline
 from tests.strategies import PROPERTY_SETTINGS, SHARED_TOKENS, FakeSummarizer
 
 IDENTITY = Identity(role="r", agent="alice", phase="1")

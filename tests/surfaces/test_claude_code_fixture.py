@@ -20,12 +20,12 @@ from typing import Any
 
 import pytest
 
-from proxy.core.identity import Identity
-from proxy.core.tokens import TokenCounters
-from proxy.mock.strict import messages_refusal
-from proxy.pipeline.run import Pipeline
-from proxy.surfaces.memo import ViewMemo
-from proxy.surfaces.shape import shape
+from history_proxy.core.identity import Identity
+from history_proxy.core.tokens import TokenCounters
+from history_proxy.mock.strict import messages_refusal
+from history_proxy.pipeline.run import Pipeline
+from history_proxy.surfaces.memo import ViewMemo
+from history_proxy.surfaces.shape import shape
 from tests.support.shaping import NO_NETWORK_ROLES, default_config, in_place
 
 FIXTURE = Path(__file__).resolve().parents[1] / "corpus" / "messages" / "claude-code-2.1.332.json"

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from proxy.core.tokens import TokenCounters
-from proxy.surfaces import messages
-from proxy.surfaces.memo import ViewMemo
+from history_proxy.core.tokens import TokenCounters
+from history_proxy.surfaces import messages
+from history_proxy.surfaces.memo import ViewMemo
 
 COUNTER = TokenCounters().get(model="claude-x")
 
@@ -40,7 +40,7 @@ def test_a_conversation_larger_than_the_bound_is_not_remembered() -> None:
 
 def test_idle_conversations_are_forgotten(monkeypatch: pytest.MonkeyPatch) -> None:
     now = [1000.0]
-    monkeypatch.setattr("proxy.surfaces.memo.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("history_proxy.surfaces.memo.time.monotonic", lambda: now[0])
     memo = ViewMemo(1_000_000, idle_s=60)
     messages.to_view(body(0), COUNTER, memo)
     now[0] += 30

@@ -15,18 +15,18 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.config.models import Config
-from proxy.core.identity import Identity
-from proxy.core.tokens import TokenCounters
-from proxy.errors import InvalidRequestError
-from proxy.filters.cache_control import CacheControl
-from proxy.mock.strict import messages_refusal
-from proxy.pipeline.run import Pipeline
-from proxy.server.app import create_app
-from proxy.surfaces import messages
-from proxy.surfaces.marks import place_marks
-from proxy.surfaces.shape import shape
-from proxy.upstream.headers import wire_request_headers
+from history_proxy.config.models import Config
+from history_proxy.core.identity import Identity
+from history_proxy.core.tokens import TokenCounters
+from history_proxy.errors import InvalidRequestError
+from history_proxy.filters.cache_control import CacheControl
+from history_proxy.mock.strict import messages_refusal
+from history_proxy.pipeline.run import Pipeline
+from history_proxy.server.app import create_app
+from history_proxy.surfaces import messages
+from history_proxy.surfaces.marks import place_marks
+from history_proxy.surfaces.shape import shape
+from history_proxy.upstream.headers import wire_request_headers
 from tests.support.shaping import NO_NETWORK_ROLES, claude_code_body, default_config, in_place, run
 
 

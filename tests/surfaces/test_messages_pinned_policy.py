@@ -11,13 +11,13 @@ import asyncio
 import copy
 from typing import Any
 
-from proxy.config.models import Config
-from proxy.core.identity import Identity
-from proxy.core.tokens import TokenCounters
-from proxy.pipeline.run import Pipeline
-from proxy.surfaces.messages_pinned import PINNED_FILTERED
-from proxy.surfaces.messages_valid import REMOVED
-from proxy.surfaces.shape import shape
+from history_proxy.config.models import Config
+from history_proxy.core.identity import Identity
+from history_proxy.core.tokens import TokenCounters
+from history_proxy.pipeline.run import Pipeline
+from history_proxy.surfaces.messages_pinned import PINNED_FILTERED
+from history_proxy.surfaces.messages_valid import REMOVED
+from history_proxy.surfaces.shape import shape
 
 SECRET = "sk-" + "Qw3Er4Ty5U" * 3
 STRIP = {"type": "remove_regex", "remove": ["sk-[A-Za-z0-9]{20,}"]}

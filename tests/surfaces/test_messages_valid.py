@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.surfaces.messages_valid import REMOVED, valid_for_messages
+from history_proxy.surfaces.messages_valid import REMOVED, valid_for_messages
 
 
 def body(*messages: dict[str, Any]) -> dict[str, Any]:

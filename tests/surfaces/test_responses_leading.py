@@ -16,9 +16,9 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.config.loading import load_config
-from proxy.server.app import create_app
-from proxy.surfaces import responses
+from history_proxy.config.loading import load_config
+from history_proxy.server.app import create_app
+from history_proxy.surfaces import responses
 from tests.support.shaping import CHAINS, TEXT_REPLACED, run
 
 REPO = Path(__file__).resolve().parents[2]

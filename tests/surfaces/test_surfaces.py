@@ -1,4 +1,4 @@
-"""The surface adapters (proxy/surfaces): native request -> the chain's view -> native request."""
+"""The surface adapters (history_proxy/surfaces): native request -> the chain's view -> native request."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.config.models import Config
-from proxy.core.identity import Identity
-from proxy.errors import InvalidRequestError
-from proxy.server.app import create_app
-from proxy.surfaces import messages, responses
-from proxy.surfaces.shape import detect, shape
+from history_proxy.config.models import Config
+from history_proxy.core.identity import Identity
+from history_proxy.errors import InvalidRequestError
+from history_proxy.server.app import create_app
+from history_proxy.surfaces import messages, responses
+from history_proxy.surfaces.shape import detect, shape
 from tests.support.shaping import THINKING, claude_code_body, pipeline, run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -275,7 +275,7 @@ def test_the_preview_command_takes_a_messages_body(tmp_path: Path) -> None:
     path = tmp_path / "body.json"
     path.write_text(json.dumps(claude_code_body()), encoding="utf-8")
     done = subprocess.run(
-        [sys.executable, "-m", "proxy", "preview", "--api", "messages", str(path)],
+        [sys.executable, "-m", "history_proxy", "preview", "--api", "messages", str(path)],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -1,4 +1,4 @@
-"""Fitting a Responses or Messages request to a token budget (proxy/surfaces/fit.py), over the corpus.
+"""Fitting a Responses or Messages request to a token budget (history_proxy/surfaces/fit.py), over the corpus.
 
 Each corpus conversation is written as a Responses and a Messages request (with reasoning, signed
 thinking and server tool items), cut to half its tokens, and the cut request must be what the
@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from proxy.config.models import CacheControlSlot
-from proxy.core.tokens import TokenCounters
-from proxy.surfaces import messages as anthropic
-from proxy.surfaces import responses
-from proxy.surfaces._view import REF
-from proxy.surfaces.fit import fit, history_tokens
-from proxy.surfaces.marks import place_marks
-from proxy.surfaces.shape import SurfaceName
+from history_proxy.config.models import CacheControlSlot
+from history_proxy.core.tokens import TokenCounters
+from history_proxy.surfaces import messages as anthropic
+from history_proxy.surfaces import responses
+from history_proxy.surfaces._view import REF
+from history_proxy.surfaces.fit import fit, history_tokens
+from history_proxy.surfaces.marks import place_marks
+from history_proxy.surfaces.shape import SurfaceName
 from tests.factories import corpus_files, exchange, system, user
 from tests.surface_bodies import (
     anthropic_chat,

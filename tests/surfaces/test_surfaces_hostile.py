@@ -10,13 +10,13 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.config.models import Config
-from proxy.core.identity import Identity
-from proxy.core.tokens import TokenCounters
-from proxy.errors import InvalidRequestError
-from proxy.pipeline.run import Pipeline
-from proxy.surfaces import messages, responses
-from proxy.surfaces.shape import shape
+from history_proxy.config.models import Config
+from history_proxy.core.identity import Identity
+from history_proxy.core.tokens import TokenCounters
+from history_proxy.errors import InvalidRequestError
+from history_proxy.pipeline.run import Pipeline
+from history_proxy.surfaces import messages, responses
+from history_proxy.surfaces.shape import shape
 from tests.strategies import PROPERTY_SETTINGS
 from tests.surface_bodies import miscounted
 

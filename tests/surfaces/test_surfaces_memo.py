@@ -1,4 +1,4 @@
-"""The view memo (``proxy.surfaces.memo``): a conversation sent turn by turn is shaped exactly as without it.
+"""The view memo (``history_proxy.surfaces.memo``): a conversation sent turn by turn is shaped exactly as without it.
 
 An agent resends its history with every call; the memo lets a Responses or Messages request convert
 only the natives its conversation's previous request did not have. It must never show: the body sent
@@ -19,15 +19,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bench.bodies import replay_prefixes
-from proxy.config.models import Config
-from proxy.core.identity import Identity
-from proxy.core.messages import Message
-from proxy.core.tokens import TokenCounters
-from proxy.pipeline.run import Pipeline
-from proxy.surfaces import messages as anthropic
-from proxy.surfaces import responses
-from proxy.surfaces.memo import Remembered, ViewMemo, conversation_key, matched
-from proxy.surfaces.shape import SurfaceName, shape
+from history_proxy.config.models import Config
+from history_proxy.core.identity import Identity
+from history_proxy.core.messages import Message
+from history_proxy.core.tokens import TokenCounters
+from history_proxy.pipeline.run import Pipeline
+from history_proxy.surfaces import messages as anthropic
+from history_proxy.surfaces import responses
+from history_proxy.surfaces.memo import Remembered, ViewMemo, conversation_key, matched
+from history_proxy.surfaces.shape import SurfaceName, shape
 from tests.factories import corpus_files
 from tests.strategies import PROPERTY_SETTINGS, conversations
 from tests.surface_bodies import anthropic_chat, messages_body, plain_chat, responses_body

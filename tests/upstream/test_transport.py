@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from proxy.upstream.pools import ClientPool
-from proxy.upstream.transport import LeanTransport, Timeouts
+from history_proxy.upstream.pools import ClientPool
+from history_proxy.upstream.transport import LeanTransport, Timeouts
 from tests.support.scripted_server import LOOPBACK, ScriptedServer, answering, client, ok, scripted
 from tests.upstream_respx import PROXY_VARIABLES
 

@@ -1,9 +1,9 @@
 """The lean transport's answer parser against h11: the same hostile byte streams, the same verdicts.
 
 Each stream is what an upstream sends back to one POST. :func:`lean_verdict` feeds it to a
-:class:`~proxy.upstream.connection.Connection` (whole, and again in 7-byte pieces) and
+:class:`~history_proxy.upstream.connection.Connection` (whole, and again in 7-byte pieces) and
 :func:`h11_verdict` to ``h11``'s client, with the proxy's stated policy applied on top of h11. The
-policy: the limits of :mod:`proxy.upstream.connection` (a status within 100-599, no 101, at most
+policy: the limits of :mod:`history_proxy.upstream.connection` (a status within 100-599, no 101, at most
 ``HEADER_COUNT_LIMIT`` headers, a head of at most ``HEAD_LIMIT`` bytes), and what llhttp refuses
 where h11 is lenient (``Content-Length`` beside ``Transfer-Encoding`` or as a list, a control
 character in a header value or the reason phrase, a folded header line, a head line ended by LF
@@ -22,7 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.upstream.connection import HEAD_LIMIT, HEADER_COUNT_LIMIT, Connection
+from history_proxy.upstream.connection import HEAD_LIMIT, HEADER_COUNT_LIMIT, Connection
 
 REFUSED = ("refused",)
 FOLDED = re.compile(rb"\n[ \t]")

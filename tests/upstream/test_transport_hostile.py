@@ -15,11 +15,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from proxy.config.loading import parse_config
-from proxy.errors import ProxyError
-from proxy.upstream.client import Upstreams
-from proxy.upstream.connection import HEAD_LIMIT, HEADER_COUNT_LIMIT, Connection
-from proxy.upstream.transport import LeanTransport
+from history_proxy.config.loading import parse_config
+from history_proxy.errors import ProxyError
+from history_proxy.upstream.client import Upstreams
+from history_proxy.upstream.connection import HEAD_LIMIT, HEADER_COUNT_LIMIT, Connection
+from history_proxy.upstream.transport import LeanTransport
 from tests.support.scripted_server import ScriptedServer, answering, certificate, client, ok, scripted
 
 pytestmark = pytest.mark.anyio

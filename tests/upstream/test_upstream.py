@@ -12,13 +12,13 @@ import httpx
 import pytest
 import respx
 
-from proxy.config.loading import parse_config
-from proxy.config.models import Config, UpstreamConfig
-from proxy.errors import UpstreamTimeoutError, UpstreamUnavailableError
-from proxy.mock.server import MockUpstreamServer
-from proxy.surfaces.table import BY_NAME
-from proxy.upstream.client import Upstreams, retry_after_s
-from proxy.upstream.headers import response_headers, upstream_authorization, wire_request_headers
+from history_proxy.config.loading import parse_config
+from history_proxy.config.models import Config, UpstreamConfig
+from history_proxy.errors import UpstreamTimeoutError, UpstreamUnavailableError
+from history_proxy.mock.server import MockUpstreamServer
+from history_proxy.surfaces.table import BY_NAME
+from history_proxy.upstream.client import Upstreams, retry_after_s
+from history_proxy.upstream.headers import response_headers, upstream_authorization, wire_request_headers
 
 pytestmark = pytest.mark.anyio
 

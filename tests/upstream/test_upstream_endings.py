@@ -18,8 +18,8 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.config.loading import parse_config
-from proxy.config.models import Config
+from history_proxy.config.loading import parse_config
+from history_proxy.config.models import Config
 from tests.support.faults import (
     COMPLETION,
     FaultUpstream,

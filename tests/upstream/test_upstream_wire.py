@@ -14,11 +14,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.config.loading import parse_config
-from proxy.config.models import UpstreamConfig
-from proxy.errors import UpstreamUnavailableError
-from proxy.upstream.client import Body, Upstreams
-from proxy.upstream.headers import FORWARD_DROPPED, upstream_authorization, wire_request_headers
+from history_proxy.config.loading import parse_config
+from history_proxy.config.models import UpstreamConfig
+from history_proxy.errors import UpstreamUnavailableError
+from history_proxy.upstream.client import Body, Upstreams
+from history_proxy.upstream.headers import FORWARD_DROPPED, upstream_authorization, wire_request_headers
 from tests.support.scripted_server import answering, ok, scripted
 from tests.upstream_respx import PROXY_VARIABLES
 

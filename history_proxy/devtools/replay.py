@@ -1,0 +1,262 @@
+"""Replay a conversation as an agent grows it, and measure what a chain sends and what a cache reuses.
+
+Each request is the history the model answered: everything before each assistant message that
+follows a user, tool or system message (so after the last result of a parallel group), and the whole
+conversation when it ends with such a message. For every request the chain runs as it would in the
+proxy (in ``shadow`` mode too: the figures are what the chain would send); we record tokens
+unfiltered, tokens sent, and how many sent tokens are a byte-identical prefix of the previous sent
+request (whole messages compared as JSON, ``cache_control`` marks ignored since providers do not key
+their cache on them): what a provider's prompt cache can reuse.
+
+Each request is also priced (``history_proxy.core.cost``) under the routed upstream's pricing model, or the
+one given: tokens billed as cached, uncached, and the cost in input-token equivalents, beside the
+same conversation sent unfiltered (append-only, so everything but the new messages is cached). A
+conversation whose filtered cost ends above its unfiltered cost is flagged ``dearer``.
+
+Beside the cost, each request measures *evidence kept* (docs/cost.md, evidence kept,
+``history_proxy.core.evidence``): the
+distinctive tokens the model's next answer took from an earlier observation, and which of them the
+request the chain sends no longer holds (``evidence_lost``, listed so a person can judge them).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from history_proxy.core.cost import CacheSimulator, Pricing, shared_prefix
+from history_proxy.core.evidence import kept_share, measure
+from history_proxy.core.identity import Identity
+from history_proxy.core.messages import Message
+from history_proxy.errors import ProxyError
+from history_proxy.pipeline.run import Pipeline
+
+
+class ReplayError(ValueError):
+    """A conversation that cannot be replayed, or a request of it the proxy would refuse."""
+
+
+@dataclass(frozen=True)
+class ReplayStep:
+    """One request of the replay."""
+
+    request: int
+    messages: int
+    tokens_unfiltered: int
+    tokens_sent: int
+    tokens_cached_prefix: int
+    tokens_cached: int = 0
+    """Of the prefix, the tokens the provider bills as cached (its minimum length and block size)."""
+    cost: float = 0.0
+    """This request's input price in uncached-token equivalents."""
+    unfiltered_cached: int = 0
+    unfiltered_cost: float = 0.0
+    """The same request sent unfiltered, after the unfiltered previous ones."""
+    evidence_needed: int = 0
+    """Distinctive tokens the next answer took from an earlier observation (docs/cost.md, evidence kept)."""
+    evidence_lost: tuple[str, ...] = ()
+    """Of those, the ones the request sent no longer holds."""
+    evidence_out_of_context: tuple[str, ...] = ()
+    """Of those kept, the ones it holds only in messages the chain changed (a notice, a digest)."""
+
+    @property
+    def evidence_kept(self) -> int:
+        return self.evidence_needed - len(self.evidence_lost)
+
+    @property
+    def evidence_share(self) -> float:
+        return kept_share(self.evidence_kept, self.evidence_needed)
+
+    @property
+    def evidence_in_context(self) -> int:
+        return self.evidence_kept - len(self.evidence_out_of_context)
+
+    @property
+    def tokens_uncached(self) -> int:
+        return self.tokens_sent - self.tokens_cached
+
+    @property
+    def cached_share(self) -> float:
+        return self.tokens_cached_prefix / self.tokens_sent if self.tokens_sent else 0.0
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """Every step and the totals."""
+
+    steps: list[ReplayStep]
+    role: str
+    chain: list[str] = field(default_factory=list)
+    mode: str = "enforce"
+    pricing: Pricing | None = None
+
+    @property
+    def cost(self) -> float:
+        return sum(s.cost for s in self.steps)
+
+    @property
+    def unfiltered_cost(self) -> float:
+        return sum(s.unfiltered_cost for s in self.steps)
+
+    @property
+    def cost_ratio(self) -> float:
+        """Filtered cost over unfiltered cost (1.0 when nothing was priced)."""
+        return self.cost / self.unfiltered_cost if self.unfiltered_cost else 1.0
+
+    @property
+    def evidence_needed(self) -> int:
+        return sum(s.evidence_needed for s in self.steps)
+
+    @property
+    def evidence_kept(self) -> int:
+        return sum(s.evidence_kept for s in self.steps)
+
+    @property
+    def evidence_share(self) -> float:
+        """Evidence kept over evidence needed, every request of the conversation together (1.0: none needed)."""
+        return kept_share(self.evidence_kept, self.evidence_needed)
+
+    @property
+    def evidence_in_context(self) -> int:
+        """Evidence kept in a message the chain left as it was (the stricter reading)."""
+        return sum(s.evidence_in_context for s in self.steps)
+
+    @property
+    def dearer(self) -> bool:
+        """The conversation cost more through the chain than unfiltered."""
+        return self.cost > self.unfiltered_cost + 1e-9
+
+    @property
+    def totals(self) -> dict[str, Any]:
+        unfiltered = sum(s.tokens_unfiltered for s in self.steps)
+        sent = sum(s.tokens_sent for s in self.steps)
+        cached = sum(s.tokens_cached_prefix for s in self.steps)
+        billed = sum(s.tokens_cached for s in self.steps)
+        return {
+            "requests": len(self.steps),
+            "tokens_unfiltered": unfiltered,
+            "tokens_sent": sent,
+            "tokens_saved": unfiltered - sent,
+            "saved_share": round((unfiltered - sent) / unfiltered, 4) if unfiltered else 0.0,
+            "tokens_cached_prefix": cached,
+            "cached_share": round(cached / sent, 4) if sent else 0.0,
+            "tokens_cached": billed,
+            "tokens_uncached": sent - billed,
+            "unfiltered_cached": sum(s.unfiltered_cached for s in self.steps),
+            "cost": round(self.cost, 1),
+            "unfiltered_cost": round(self.unfiltered_cost, 1),
+            "cost_ratio": round(self.cost_ratio, 4),
+            "dearer": self.dearer,
+            "evidence_needed": self.evidence_needed,
+            "evidence_kept": self.evidence_kept,
+            "evidence_share": round(self.evidence_share, 4),
+            "evidence_in_context": self.evidence_in_context,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "role": self.role,
+            "chain": self.chain,
+            "mode": self.mode,
+            "pricing": asdict(self.pricing) if self.pricing else None,
+            "steps": [
+                {
+                    **asdict(s),
+                    "cost": round(s.cost, 1),
+                    "unfiltered_cost": round(s.unfiltered_cost, 1),
+                    "tokens_uncached": s.tokens_uncached,
+                    "cached_share": round(s.cached_share, 4),
+                    "evidence_lost": list(s.evidence_lost),
+                    "evidence_out_of_context": list(s.evidence_out_of_context),
+                    "evidence_share": round(s.evidence_share, 4),
+                }
+                for s in self.steps
+            ],
+            "totals": self.totals,
+        }
+
+
+def request_ends(messages: list[Message]) -> list[int]:
+    """Lengths of the growing requests: up to each answer of the model, and the whole if it ends unanswered."""
+    ends = [
+        i
+        for i in range(1, len(messages))
+        if messages[i].get("role") == "assistant" and messages[i - 1].get("role") != "assistant"
+    ]
+    if messages and messages[-1].get("role") != "assistant":
+        ends.append(len(messages))
+    return ends
+
+
+def _without_marks(message: Message) -> str:
+    """The message as JSON with cache marks removed; a lone text part compares equal to a string."""
+    clean = {k: v for k, v in message.items() if k != "cache_control"}
+    content = clean.get("content")
+    if isinstance(content, list):
+        parts = [
+            {k: v for k, v in p.items() if k != "cache_control"} if isinstance(p, dict) else p
+            for p in content
+        ]
+        lone_text = len(parts) == 1 and isinstance(parts[0], dict) and set(parts[0]) == {"type", "text"}
+        clean["content"] = parts[0]["text"] if lone_text else parts
+    return json.dumps(clean, sort_keys=True, ensure_ascii=False)
+
+
+async def replay(
+    pipeline: Pipeline, body: dict[str, Any], identity: Identity, pricing: Pricing | None = None
+) -> ReplayResult:
+    """Run the chain on every growing request of ``body``'s conversation, priced by ``pricing``
+    (default: the routed upstream's pricing model)."""
+    messages = body.get("messages") if isinstance(body, dict) else None
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+        raise ReplayError("the file must be a chat-completions body with a non-empty 'messages' list")
+    model = str(body.get("model") or "")
+    upstream = pipeline.config.route(model)[0]
+    if pricing is None:
+        pricing = pipeline.config.upstreams[upstream].price_model
+    counter = pipeline.tokens.get(model=model)
+    billed, unfiltered_billed = CacheSimulator(pricing), CacheSimulator(pricing)
+    original_keys: list[str] = []
+    original_tokens: list[int] = []
+    steps: list[ReplayStep] = []
+    previous: list[str] = []
+    chain: list[str] = []
+    mode = "enforce"
+    for number, end in enumerate(request_ends(messages), start=1):
+        try:
+            result = await pipeline.run({**body, "messages": messages[:end]}, identity, upstream)
+        except ProxyError as exc:
+            raise ReplayError(
+                f"request {number} (the first {end} messages): the proxy would answer {exc.status_code}: {exc.message}"
+            ) from None
+        chain, mode = result.report["chain"], result.mode
+        sent = result.filtered_messages
+        keys = [_without_marks(m) for m in sent]
+        shared = shared_prefix(previous, keys)
+        per_message = [counter.message(m) for m in sent]
+        priced = billed.send(keys, per_message, result.tokens_after)
+        for m in messages[len(original_keys) : end]:
+            original_keys.append(_without_marks(m))
+            original_tokens.append(counter.message(m))
+        plain = unfiltered_billed.send(original_keys[:end], original_tokens[:end], result.tokens_before)
+        answer = messages[end] if end < len(messages) else None
+        evidence = measure(messages[:end], answer, sent) if answer is not None else None
+        steps.append(
+            ReplayStep(
+                request=number,
+                messages=len(sent),
+                tokens_unfiltered=result.tokens_before,
+                tokens_sent=result.tokens_after,
+                tokens_cached_prefix=sum(per_message[:shared]),
+                tokens_cached=priced.cached,
+                cost=priced.cost,
+                unfiltered_cached=plain.cached,
+                unfiltered_cost=plain.cost,
+                evidence_needed=len(evidence.needed) if evidence else 0,
+                evidence_lost=evidence.lost if evidence else (),
+                evidence_out_of_context=evidence.out_of_context if evidence else (),
+            )
+        )
+        previous = keys
+    return ReplayResult(steps=steps, role=identity.role, chain=chain, mode=mode, pricing=pricing)

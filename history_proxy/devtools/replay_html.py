@@ -1,0 +1,200 @@
+"""The ``history-proxy replay --html`` page: two charts and the per-request table, self-contained.
+
+The first chart draws every request as a share of the same request unfiltered (tokens sent, the
+cacheable prefix, cost), so a long conversation whose unfiltered size grows a hundredfold still shows
+what the chain does on request 3 as on request 300: unfiltered is the 100 % line. The second draws the
+evidence kept per request (docs/cost.md, evidence kept), a bar for each request whose answer used something read in
+an observation; hovering a bar lists the tokens lost. Ticks fall on round values and requests are
+labelled along the x axis. No script, no external resource.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Callable
+
+from history_proxy.devtools.replay import ReplayResult, ReplayStep
+from history_proxy.devtools.replay_render import cost_summary, evidence_summary, pricing_line
+
+WIDTH, HEIGHT, PAD = 900, 360, 50
+EVIDENCE_HEIGHT = 220
+
+_SERIES: tuple[tuple[str, str, str, Callable[[ReplayStep], float]], ...] = (
+    ("tokens_unfiltered", "unfiltered (tokens and cost): 100 %", "#9aa5b1", lambda s: 1.0),
+    ("tokens_sent", "tokens sent", "#1f77b4", lambda s: _share(s.tokens_sent, s.tokens_unfiltered)),
+    (
+        "tokens_cached_prefix",
+        "cacheable prefix",
+        "#2ca02c",
+        lambda s: _share(s.tokens_cached_prefix, s.tokens_unfiltered),
+    ),
+    ("cost", "cost", "#d62728", lambda s: _share(s.cost, s.unfiltered_cost)),
+)
+KEPT, NOTICE, LOST = "#2ca02c", "#b5e3a8", "#d62728"
+
+
+def _share(part: float, whole: float) -> float:
+    return part / whole if whole else 1.0
+
+
+def nice_step(span: float, most: int) -> float:
+    """A round tick step (1, 2, 2.5 or 5 times a power of ten) giving at most ``most`` ticks over ``span``."""
+    if span <= 0:
+        return 1.0
+    raw = span / most
+    power = 10.0 ** math.floor(math.log10(raw))
+    return next(power * m for m in (1, 2, 2.5, 5, 10) if power * m >= raw)
+
+
+def request_ticks(count: int, most: int = 12) -> list[int]:
+    """Request numbers to label on the x axis: 1, then round multiples, and the last."""
+    step = max(1, int(nice_step(count, most)))
+    ticks = [1, *range(step, count + 1, step)]
+    if count - ticks[-1] >= step / 2:
+        ticks.append(count)
+    return sorted(set(ticks))
+
+
+class _Axes:
+    """Maps request numbers and shares to pixels; draws the grid, the axes and their labels."""
+
+    def __init__(self, count: int, top: float, height: int) -> None:
+        self.count, self.top, self.height = count, top, height
+        self.span = max(count - 1, 1)
+
+    def x(self, request: int) -> float:
+        return PAD + (WIDTH - 2 * PAD) * (request - 1) / self.span
+
+    def y(self, share: float) -> float:
+        return self.height - PAD - (self.height - 2 * PAD) * share / self.top
+
+    def draw(self, title: str) -> str:
+        step = nice_step(self.top, 6)
+        ticks = [i * step for i in range(int(self.top / step + 1e-9) + 1)]
+        grid = "".join(
+            f'<line x1="{PAD}" y1="{self.y(t):.1f}" x2="{WIDTH - PAD}" y2="{self.y(t):.1f}" stroke="#e5e5e5"/>'
+            f'<text x="{PAD - 6}" y="{self.y(t) + 4:.1f}" font-size="11" text-anchor="end">{t * 100:g}%</text>'
+            for t in ticks
+        )
+        bottom = self.height - PAD
+        labels = "".join(
+            f'<line x1="{self.x(r):.1f}" y1="{bottom}" x2="{self.x(r):.1f}" y2="{bottom + 4}" stroke="#333"/>'
+            f'<text class="xtick" x="{self.x(r):.1f}" y="{bottom + 16}" font-size="11" text-anchor="middle">{r}</text>'
+            for r in request_ticks(self.count)
+        )
+        return (
+            f'{grid}<line x1="{PAD}" y1="{bottom}" x2="{WIDTH - PAD}" y2="{bottom}" stroke="#333"/>'
+            f'<line x1="{PAD}" y1="{PAD}" x2="{PAD}" y2="{bottom}" stroke="#333"/>{labels}'
+            f'<text x="{PAD}" y="{PAD - 12}" font-size="12">{html.escape(title)}</text>'
+            f'<text x="{WIDTH - PAD}" y="{bottom + 34}" font-size="12" text-anchor="end">request</text>'
+        )
+
+
+def _cost_chart(steps: list[ReplayStep]) -> str:
+    peak = max((fn(s) for s in steps for *_, fn in _SERIES), default=1.0)
+    axes = _Axes(len(steps), max(1.0, math.ceil(peak / 0.25) * 0.25), HEIGHT)
+    lines = []
+    for key, label, colour, fn in _SERIES:
+        points = [(axes.x(s.request), axes.y(fn(s))) for s in steps]
+        path = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
+        dash = ' stroke-dasharray="6 3"' if key == "cost" else ""
+        lines.append(
+            f'<polyline class="series" data-series="{key}" fill="none" stroke="{colour}" stroke-width="2"{dash} '
+            f'points="{path}"><title>{label}</title></polyline>'
+        )
+        if len(points) <= 100:  # dots keep short replays visible (one request draws no line)
+            dots = "".join(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3"/>' for x, y in points)
+            lines.append(f'<g class="dots" data-series="{key}" fill="{colour}">{dots}</g>')
+    return (
+        f'<svg id="chart" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
+        f'viewBox="0 0 {WIDTH} {HEIGHT}">{axes.draw("share of the same request unfiltered")}{"".join(lines)}</svg>'
+    )
+
+
+def _lost_title(s: ReplayStep) -> str:
+    lost = " ".join(s.evidence_lost) or "nothing"
+    outside = (
+        f"; only in a notice: {' '.join(s.evidence_out_of_context)}" if s.evidence_out_of_context else ""
+    )
+    return html.escape(
+        f"request {s.request}: {s.evidence_kept} of {s.evidence_needed} kept; lost: {lost}{outside}"
+    )
+
+
+def _evidence_bar(axes: _Axes, s: ReplayStep, width: float) -> str:
+    """A stacked bar, bottom up: evidence in context, kept only in a notice, lost."""
+    x = axes.x(s.request) - width / 2
+    shares = [
+        (s.evidence_in_context / s.evidence_needed, KEPT),
+        (len(s.evidence_out_of_context) / s.evidence_needed, NOTICE),
+        (len(s.evidence_lost) / s.evidence_needed, LOST),
+    ]
+    rects, base = [], 0.0
+    for share, colour in shares:
+        if share > 0:
+            top, bottom = axes.y(base + share), axes.y(base)
+            rects.append(
+                f'<rect x="{x:.1f}" y="{top:.1f}" width="{width:.1f}" height="{bottom - top:.1f}" fill="{colour}"/>'
+            )
+        base += share
+    title = f"<title>{_lost_title(s)}</title>"
+    return f'<g class="evidence" data-request="{s.request}">{title}{"".join(rects)}</g>'
+
+
+def _evidence_chart(steps: list[ReplayStep]) -> str:
+    axes = _Axes(len(steps), 1.0, EVIDENCE_HEIGHT)
+    slot = (WIDTH - 2 * PAD) / max(len(steps), 1)
+    bar = max(1.0, min(14.0, slot * 0.7))
+    bars = [_evidence_bar(axes, s, bar) for s in steps if s.evidence_needed]
+    return (
+        f'<svg id="evidence" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{EVIDENCE_HEIGHT}" '
+        f'viewBox="0 0 {WIDTH} {EVIDENCE_HEIGHT}">'
+        f"{axes.draw('evidence kept: tokens the answer read in an observation, still in the request')}"
+        f"{''.join(bars)}</svg>"
+    )
+
+
+def _row(s: ReplayStep) -> str:
+    evidence = f"{s.evidence_kept}/{s.evidence_needed}" if s.evidence_needed else ""
+    return (
+        f"<tr><td>{s.request}</td><td>{s.messages}</td><td>{s.tokens_unfiltered}</td><td>{s.tokens_sent}</td>"
+        f"<td>{s.tokens_cached_prefix}</td><td>{s.cached_share * 100:.1f}%</td><td>{s.tokens_cached}</td>"
+        f"<td>{s.tokens_uncached}</td><td>{s.cost:.1f}</td><td>{s.unfiltered_cost:.1f}</td>"
+        f'<td>{evidence}</td><td class="lost">{html.escape(" ".join(s.evidence_lost))}</td></tr>'
+    )
+
+
+def render_html(result: ReplayResult, title: str) -> str:
+    """A self-contained page: the share-of-unfiltered chart, the evidence chart and the per-request table."""
+    steps = result.steps
+    t = result.totals
+    flag = ' <b class="dearer">dearer than unfiltered</b>' if result.dearer else ""
+    legend = "".join(
+        f'<span style="color:{colour}">&#9632; {label}</span> ' for _, label, colour, _ in _SERIES
+    )
+    evidence = evidence_summary(result.evidence_kept, result.evidence_needed, result.evidence_in_context)
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}
+td.lost{{text-align:left;font-family:monospace;max-width:24em}}</style>
+</head><body><h1>{html.escape(title)}</h1>
+<p>role <b>{html.escape(result.role)}</b>{" (shadow mode)" if result.mode == "shadow" else ""},
+chain <b>{html.escape(", ".join(result.chain) or "(none)")}</b>: {t["requests"]} requests,
+{t["tokens_unfiltered"]} tokens unfiltered,
+{t["tokens_sent"]} sent ({t["saved_share"] * 100:.1f}% saved), {t["cached_share"] * 100:.1f}% of sent tokens a
+cacheable prefix.</p>
+<p>{html.escape(pricing_line(result))}: {html.escape(cost_summary(result))}{flag}
+(costs in uncached input-token equivalents); {html.escape(evidence)}.</p>
+<p>{legend}</p>
+{_cost_chart(steps)}
+<p><span style="color:{KEPT}">&#9632; evidence kept in context</span>
+<span style="color:{NOTICE}">&#9632; kept only in a notice</span> <span style="color:{LOST}">&#9632; lost</span>
+(hover a bar for the tokens)</p>
+{_evidence_chart(steps)}
+<table><tr><th>request</th><th>messages sent</th><th>unfiltered</th><th>sent</th><th>cacheable prefix</th>
+<th>cached</th><th>billed cached</th><th>uncached</th><th>cost</th><th>cost unfiltered</th><th>evidence kept</th>
+<th>lost</th></tr>{"".join(_row(s) for s in steps)}</table>
+</body></html>
+"""

@@ -1,0 +1,149 @@
+"""``history-proxy serve``: find the config, make sure the port is free, then run uvicorn.
+
+Everything that can stop the server from starting (an unreadable or invalid config, a port in use)
+is reported before the "serving on" line, so that line means the proxy is about to answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import importlib.util
+import os
+import shutil
+import socket
+import sys
+import tempfile
+from pathlib import Path
+
+from history_proxy import __version__
+from history_proxy.config.loading import ConfigError, load_config
+from history_proxy.config.locate import CONFIG_ENV, config_path, missing_hint
+from history_proxy.config.models import Config
+
+APP_FACTORY = "history_proxy.server.app:app_from_env"
+
+
+class CommandError(Exception):
+    """A failure the command reports as one line and exit status 1."""
+
+
+def load(explicit: str | None) -> tuple[Config, Path]:
+    """The config a command uses (``--config``, ``$HISTORY_PROXY_CONFIG``, ./config/default.yaml or the
+    packaged default) and its path; every located error, or what to do about a missing file."""
+    path, origin = config_path(explicit)
+    if not path.is_file():
+        raise CommandError(missing_hint(path, origin))
+    try:
+        return load_config(path), path
+    except ConfigError as exc:
+        lines = "\n".join(f"  {error}" for error in exc.errors)
+        noun = "error" if len(exc.errors) == 1 else "errors"
+        raise CommandError(f"{exc.source}: invalid config ({len(exc.errors)} {noun}):\n{lines}") from None
+
+
+def uvicorn_options() -> dict[str, str]:
+    """uvloop and httptools when installed (uvicorn's fast paths), asyncio and h11 otherwise."""
+    return {
+        "loop": "uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
+        "http": "httptools" if importlib.util.find_spec("httptools") else "h11",
+    }
+
+
+def check_port(host: str, port: int) -> None:
+    """Bind and release ``host:port`` once, so a busy port is an error before anything says "serving"."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise CommandError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            hint = (
+                " (another process listens there: pick another with --port)"
+                if exc.errno == errno.EADDRINUSE
+                else ""
+            )
+            raise CommandError(f"cannot listen on {host}:{port}: {exc.strerror or exc}{hint}") from None
+
+
+def log_format(chosen: str | None) -> str:
+    """``--log-format``, else text for a person at a terminal and JSON for a log collector."""
+    if chosen:
+        return chosen
+    return "text" if sys.stderr.isatty() else "json"
+
+
+def _share_metrics_between_workers(workers: int) -> str | None:
+    """With several workers, a fresh ``PROMETHEUS_MULTIPROC_DIR`` so ``/metrics`` sums them all.
+
+    Returns the directory to remove at exit; ``None`` with one worker or when the operator set one.
+    """
+    from history_proxy.observability.metrics import MULTIPROCESS_ENV
+
+    if workers < 2 or os.environ.get(MULTIPROCESS_ENV):
+        return None
+    directory = tempfile.mkdtemp(prefix="history-proxy-metrics-")
+    os.environ[MULTIPROCESS_ENV] = directory
+    return directory
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Serve the proxy until interrupted."""
+    config, config_file = load(args.config)
+    check_port(args.host, args.port)
+    import uvicorn
+
+    from history_proxy.observability.logs import logging_config
+    from history_proxy.server.protocol import bounded_http
+
+    os.environ[CONFIG_ENV] = str(config_file.resolve())
+    if args.workers > 1:  # an admin reload in one worker restarts them all through this process
+        from history_proxy.server.reload import SUPERVISOR_ENV
+
+        os.environ[SUPERVISOR_ENV] = str(os.getpid())
+    metrics_dir = _share_metrics_between_workers(args.workers)
+    upstream = config.upstreams[config.default_upstream]
+    target = "built-in mock" if upstream.is_mock else upstream.base_url
+    print(
+        f"history-proxy {__version__} serving on http://{args.host}:{args.port}/v1 "
+        f"(config {config_file}, default upstream {config.default_upstream}: {target})",
+        flush=True,
+    )
+    try:
+        uvicorn.run(
+            APP_FACTORY,
+            factory=True,
+            host=args.host,
+            port=args.port,
+            workers=args.workers,
+            log_level=args.log_level,
+            # every worker formats uvicorn's lines and ours alike; our access line replaces uvicorn's
+            log_config=logging_config(log_format(args.log_format), args.log_level),
+            access_log=False,
+            **{**uvicorn_options(), **bounded_http(config.limits)},
+        )
+    finally:
+        if metrics_dir is not None:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
+    return 0
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    """Write the commented starter config (the packaged default) to ``args.path``."""
+    from history_proxy.config.locate import starter_config
+
+    target = Path(args.path)
+    if target.exists() and not args.force:
+        raise CommandError(f"{target} exists; pass --force to overwrite it")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(starter_config(), encoding="utf-8")
+    except OSError as exc:
+        raise CommandError(f"{target}: cannot write: {exc.strerror or exc}") from None
+    print(f"wrote {target}; edit it, check it with `history-proxy check {target}`, then:")
+    print(f"  history-proxy serve --config {target}")
+    return 0

@@ -1,0 +1,83 @@
+"""The guard's per-tenant admission: which counters a config asks for, a ticket per admitted request.
+
+Without ``limits.redis_url`` every process counts alone (N processes admit N times each limit); with
+it, :class:`history_proxy.server.shared_limits.SharedCounters` counts for the whole fleet. See
+:mod:`history_proxy.server.quotas` for the checks.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from history_proxy.config.models import Config
+from history_proxy.server.quotas import (
+    Counters,
+    LocalCounters,
+    Refusal,
+    Slot,
+    checks_for,
+    input_tokens,
+    role_of,
+)
+from history_proxy.server.shared_limits import SharedCounters
+
+Scope = MutableMapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """An admitted request's slot and token counters, settled once when it ends."""
+
+    counters: Counters
+    slot: Slot | None
+    member: str
+    token_keys: list[str]
+
+
+class Quotas:
+    """Admits requests against ``limits`` per tenant and role; one per app (every config reload)."""
+
+    def __init__(self) -> None:
+        self.local = LocalCounters()
+        self._shared: dict[tuple[str, float, str], SharedCounters] = {}
+        self._ids = itertools.count()
+
+    def counters(self, config: Config) -> tuple[Counters, str]:
+        """The counters ``config`` asks for, and a slot holder's id for them."""
+        url = config.limits.redis_url
+        if url is None:
+            return self.local, str(next(self._ids))
+        key = (url.get_secret_value(), config.limits.lease_s, config.summary_cache.key_prefix)
+        shared = self._shared.get(key)
+        if shared is None:
+            shared = self._shared[key] = SharedCounters(key[0], lease_s=key[1], key_prefix=key[2])
+        return shared, shared.member()
+
+    async def admit(self, config: Config, tenant: str | None, scope: Scope) -> Ticket | Refusal | None:
+        """A ticket, a refusal, or None when no per-tenant limit applies to the request."""
+        slot, rates = checks_for(config.limits, tenant, role_of(config, scope))
+        if slot is None and not rates:
+            return None
+        counters, member = self.counters(config)
+        refused = await counters.admit(slot, member, rates)
+        if refused is not None:
+            return refused
+        return Ticket(counters, slot, member, [rate.key for rate in rates if not rate.cost])
+
+    async def settle(self, ticket: Ticket, exchange: object) -> None:
+        """Give the slot back and count the input tokens (shielded: runs even when cancelled)."""
+        with anyio.CancelScope(shield=True):
+            if ticket.slot is not None:
+                await ticket.counters.release(ticket.slot, ticket.member)
+            if ticket.token_keys:
+                await ticket.counters.add_tokens(ticket.token_keys, input_tokens(exchange))
+
+    async def aclose(self) -> None:
+        shared, self._shared = list(self._shared.values()), {}
+        for counters in shared:
+            await counters.aclose()

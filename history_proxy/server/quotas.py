@@ -1,0 +1,211 @@
+"""Per-tenant admission: concurrency slots and rates (requests and tokens a minute, per tenant and role).
+
+:class:`Quotas` turns a request's tenant (its proxy key's) and role (``X-Agent-Role``) into the checks
+``limits`` asks for, and asks the counters: :class:`LocalCounters` in this process, or, with
+``limits.redis_url``, :class:`history_proxy.server.shared_limits.SharedCounters` in Redis, shared by every
+replica and worker. Rates are sliding windows of 60 s (the previous minute's count weighted by the
+part of it still inside the window, plus this minute's); a token rate refuses once spent, and the
+request's input tokens are added when it ends.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import MutableMapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from history_proxy.config.models import Config, LimitsConfig
+from history_proxy.config.quotas import RateLimits
+from history_proxy.observability.access import Exchange
+
+Scope = MutableMapping[str, Any]
+WINDOW_S = 60.0
+ANONYMOUS = "-"
+"""The tenant that requests without a proxy key count under."""
+
+
+@dataclass(frozen=True)
+class Rate:
+    """One counter a request must fit: ``cost`` 1 counts a request, 0 checks a token budget."""
+
+    key: str
+    limit: int
+    cost: int
+    setting: str
+    who: str
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A concurrency slot: ``limit`` requests of ``key`` in flight at once."""
+
+    key: str
+    limit: int
+    who: str
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a request was not admitted, and when to retry."""
+
+    message: str
+    retry_after_s: int
+
+
+@dataclass(frozen=True)
+class Window:
+    """A rate counter's two minutes, as read when a request was refused."""
+
+    previous: float
+    current: float
+    elapsed_s: float
+
+
+def retry_after(rate: Rate, window: Window) -> int:
+    """Seconds until the sliding window has room for ``rate.cost`` (at most the rest of the minute)."""
+    rest = max(WINDOW_S - window.elapsed_s, 1.0)
+    over = window.previous * (1 - window.elapsed_s / WINDOW_S) + window.current + rate.cost - rate.limit
+    if window.previous > 0 and window.current + rate.cost <= rate.limit:
+        rest = min(rest, over * WINDOW_S / window.previous)
+    return max(1, math.ceil(rest))
+
+
+def refusal_for(check: Slot | Rate, window: Window | None) -> Refusal:
+    if isinstance(check, Slot):
+        return Refusal(
+            f"{check.who} already has {check.limit} requests in flight "
+            "(limits.max_concurrent_per_tenant); retry shortly",
+            1,
+        )
+    unit = "requests" if check.cost else "input tokens"
+    wait = retry_after(check, window) if window is not None else 1
+    return Refusal(
+        f"{check.who} has used its {check.limit} {unit} a minute ({check.setting}); retry in {wait}s", wait
+    )
+
+
+class Counters(Protocol):
+    """Where slots and rates are counted (this process, or Redis)."""
+
+    async def admit(self, slot: Slot | None, member: str, rates: list[Rate]) -> Refusal | None:
+        """Take the slot and count the request in every rate, or change nothing and say why not."""
+
+    async def release(self, slot: Slot, member: str) -> None:
+        """Give a slot back."""
+
+    async def add_tokens(self, keys: list[str], tokens: int) -> None:
+        """Count a finished request's input tokens."""
+
+    async def aclose(self) -> None:
+        """Close connections and stop background work."""
+
+
+@dataclass
+class _Minute:
+    index: int
+    previous: float = 0.0
+    current: float = 0.0
+
+    def roll(self, index: int) -> None:
+        if index != self.index:
+            self.previous = self.current if index == self.index + 1 else 0.0
+            self.current, self.index = 0.0, index
+
+
+@dataclass
+class LocalCounters:
+    """Slots and rates counted in this process alone (no ``limits.redis_url``, or Redis down)."""
+
+    slots: dict[str, int] = field(default_factory=dict)
+    minutes: dict[str, _Minute] = field(default_factory=dict)
+
+    def window(self, key: str, now: float) -> tuple[_Minute, Window]:
+        index, elapsed = divmod(now, WINDOW_S)
+        minute = self.minutes.setdefault(key, _Minute(int(index)))
+        minute.roll(int(index))
+        return minute, Window(minute.previous, minute.current, elapsed)
+
+    async def admit(self, slot: Slot | None, member: str, rates: list[Rate]) -> Refusal | None:
+        if slot is not None and self.slots.get(slot.key, 0) >= slot.limit:
+            return refusal_for(slot, None)
+        now = time.time()
+        for rate in rates:
+            _, seen = self.window(rate.key, now)
+            estimate = seen.previous * (1 - seen.elapsed_s / WINDOW_S) + seen.current
+            if estimate + rate.cost > rate.limit or (not rate.cost and estimate >= rate.limit):
+                return refusal_for(rate, seen)
+        for rate in rates:
+            self.window(rate.key, now)[0].current += rate.cost
+        if slot is not None:
+            self.slots[slot.key] = self.slots.get(slot.key, 0) + 1
+        return None
+
+    async def release(self, slot: Slot, member: str) -> None:
+        left = self.slots.get(slot.key, 0) - 1
+        if left > 0:
+            self.slots[slot.key] = left
+        else:
+            self.slots.pop(slot.key, None)
+
+    async def add_tokens(self, keys: list[str], tokens: int) -> None:
+        now = time.time()
+        for key in keys:
+            self.window(key, now)[0].current += tokens
+
+    async def aclose(self) -> None:
+        pass
+
+
+def _rates(limits: RateLimits, key: str, setting: str, who: str) -> list[Rate]:
+    rates = []
+    if limits.requests_per_minute is not None:
+        rates.append(
+            Rate(f"{key}:requests", limits.requests_per_minute, 1, f"{setting}.requests_per_minute", who)
+        )
+    if limits.tokens_per_minute is not None:
+        rates.append(Rate(f"{key}:tokens", limits.tokens_per_minute, 0, f"{setting}.tokens_per_minute", who))
+    return rates
+
+
+def checks_for(limits: LimitsConfig, tenant: str | None, role: str) -> tuple[Slot | None, list[Rate]]:
+    """The slot and rates a request of ``tenant`` (None: no proxy key) and ``role`` must fit."""
+    slot = None
+    if tenant is not None and limits.max_concurrent_per_tenant is not None:
+        slot = Slot(f"slots:{tenant}", limits.max_concurrent_per_tenant, f"tenant {tenant!r}")
+    name = tenant if tenant is not None else ANONYMOUS
+    rates = _rates(limits.per_tenant, f"tenant:{name}", "limits.per_tenant", f"tenant {name!r}")
+    per_role = limits.per_role.get(role)
+    if per_role is not None:
+        where = f"limits.per_role.{role}"
+        rates += _rates(per_role, f"role:{name}:{role}", where, f"role {role!r} of tenant {name!r}")
+    return slot, rates
+
+
+def limits_apply(limits: LimitsConfig) -> bool:
+    """Whether any per-tenant check is configured (else admission costs nothing)."""
+    per_tenant = limits.per_tenant
+    return bool(
+        limits.max_concurrent_per_tenant is not None
+        or per_tenant.requests_per_minute is not None
+        or per_tenant.tokens_per_minute is not None
+        or limits.per_role
+    )
+
+
+def role_of(config: Config, scope: Scope) -> str:
+    wanted = config.identity.role_header.lower().encode("latin-1")
+    for name, value in scope.get("headers", ()):
+        if name == wanted and value.strip():
+            return str(value.decode("latin-1").strip())
+    return config.identity.default_role
+
+
+def input_tokens(exchange: object) -> int:
+    """The input tokens a finished request sent upstream: the upstream's count, else the proxy's."""
+    if not isinstance(exchange, Exchange):
+        return 0
+    if exchange.usage is not None:
+        return exchange.usage.input_tokens
+    return exchange.result.tokens_forwarded if exchange.result is not None else 0

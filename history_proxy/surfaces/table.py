@@ -1,0 +1,161 @@
+"""The surface table: everything the proxy knows about each API it shapes, in one place.
+
+A :class:`Surface` is one API route the proxy shapes: chat completions, Responses, Messages and
+Messages ``count_tokens``. Its row says where it is served (``route``) and forwarded (``upstream_path``),
+which upstream APIs serve it, how its body becomes the chain's view and back (``to_view``,
+``rebuild``, ``validate``), whether it carries native cache marks, its error shape and in-band stream
+error, the headers it adds when the client sent none, and whether a request refused for length is
+fitted and retried. The edge dispatches on :data:`BY_ROUTE`; shaping (:mod:`history_proxy.surfaces.shape`),
+fitting (:mod:`history_proxy.surfaces.fit`), the overflow retry and the error answers read these attributes,
+never the surface's name. Adding a surface is one adapter module and one row here (CONTRIBUTING.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from history_proxy.core.identity import Identity
+from history_proxy.core.messages import Message
+from history_proxy.core.tokens import TokenCounter
+from history_proxy.errors import (
+    ANTHROPIC,
+    OPENAI,
+    StreamError,
+    chat_stream_error,
+    messages_stream_error,
+    responses_stream_error,
+)
+from history_proxy.pipeline.run import Pipeline
+from history_proxy.surfaces import messages, responses
+from history_proxy.surfaces._view import HISTORY_AT_PROVIDER, Shaped, View
+from history_proxy.surfaces.history_free import instructions_through_policy
+from history_proxy.surfaces.memo import ViewMemo
+from history_proxy.surfaces.messages_pinned import through_policy
+from history_proxy.surfaces.messages_valid import valid_for_messages
+
+SurfaceName = Literal["chat", "responses", "messages"]
+"""The one vocabulary for an API: metric labels, notes, ``?api=`` on a preview, replays."""
+
+ToView = Callable[[dict[str, Any], TokenCounter | None, ViewMemo | None], View]
+Rebuild = Callable[[dict[str, Any], View, Sequence[Message]], dict[str, Any]]
+ThroughPolicy = Callable[[Pipeline, Shaped, Identity, str, str | None], Shaped]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Surface:
+    """One API route the proxy shapes, and everything that differs between APIs."""
+
+    name: SurfaceName
+    """The API's name (``count_tokens`` is the Messages API: its name is ``messages``)."""
+    route: str
+    """The path the proxy serves it on, below any root path."""
+    upstream_path: str
+    """The path it is forwarded to, below the upstream's base URL."""
+    served_by: frozenset[str]
+    """The ``upstreams.<name>.api`` values whose upstreams serve it (a mock serves every surface)."""
+    history: str
+    """The body field holding the history (named in a 400 when the body is not an object)."""
+    to_view: ToView | None = None
+    """The body as chat messages for the chain; ``None``: the body's ``messages`` are the view (chat)."""
+    rebuild: Rebuild | None = None
+    """The native body for the view messages the chain kept."""
+    validate: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]] | None = None
+    """Applied to a shaped body before it is sent (Messages: emptied blocks and messages removed)."""
+    provider_state: Callable[[dict[str, Any]], str | None] | None = None
+    """Why the history lives at the provider (Responses' ``previous_response_id``), if it can."""
+    through_policy: ThroughPolicy | None = None
+    """The history-free policy filters over what the view does not carry (Responses' instructions,
+    Messages' pinned messages), after the chain (:mod:`history_proxy.surfaces.history_free`)."""
+    empty_note: str = ""
+    """The note of a request whose view is empty (forwarded unfiltered, the upstream judges)."""
+    native_marks: bool = False
+    """Native ``cache_control`` marks are placed on the shaped body for an upstream that takes them."""
+    error_shape: str = OPENAI
+    """The key of :data:`history_proxy.errors.ERROR_SHAPES` its errors are written in."""
+    stream_error: StreamError = chat_stream_error
+    """The in-band event a stream of it ends with when the upstream broke off."""
+    default_headers: tuple[tuple[str, str], ...] = ()
+    """Headers sent upstream when the client named none of that name."""
+    refits: bool = True
+    """A request refused as too long is fitted to a budget and sent once more."""
+    model_type_error: str = "'model' must be a string"
+    """The API's own words when ``model`` is not a string."""
+
+    @property
+    def body_is_view(self) -> bool:
+        """The body's ``messages`` are the view itself (chat completions: nothing to convert)."""
+        return self.to_view is None
+
+
+ANTHROPIC_VERSION = "2023-06-01"
+"""Sent to ``api: anthropic`` upstreams when the client named no ``anthropic-version``."""
+
+CHAT = Surface(
+    name="chat",
+    route="/v1/chat/completions",
+    upstream_path="/chat/completions",
+    served_by=frozenset({"openai", "anthropic"}),  # Anthropic also serves OpenAI-compatible chat
+    history="messages",
+)
+RESPONSES = Surface(
+    name="responses",
+    route="/v1/responses",
+    upstream_path="/responses",
+    served_by=frozenset({"openai"}),
+    history="input",
+    to_view=responses.to_view,
+    rebuild=responses.rebuild,
+    provider_state=responses.provider_state,
+    through_policy=instructions_through_policy,
+    empty_note=f"{HISTORY_AT_PROVIDER}:no_input",  # an empty or absent input: the upstream judges
+    stream_error=responses_stream_error,
+)
+MESSAGES = Surface(
+    name="messages",
+    route="/v1/messages",
+    upstream_path="/messages",
+    served_by=frozenset({"anthropic"}),
+    history="messages",
+    to_view=messages.to_view,
+    rebuild=messages.rebuild,
+    validate=valid_for_messages,
+    through_policy=through_policy,
+    empty_note="messages:no_user_or_assistant_message",  # only pinned messages: forwarded as they came
+    native_marks=True,
+    error_shape=ANTHROPIC,
+    stream_error=messages_stream_error,
+    default_headers=(("anthropic-version", ANTHROPIC_VERSION),),
+    model_type_error="model: Input should be a valid string",  # Anthropic's words on its surface
+)
+COUNT_TOKENS = replace(
+    MESSAGES,
+    route="/v1/messages/count_tokens",
+    upstream_path="/messages/count_tokens",
+    refits=False,  # a count is never refused for length
+)
+
+TABLE: tuple[Surface, ...] = (CHAT, RESPONSES, MESSAGES, COUNT_TOKENS)
+BY_ROUTE: dict[str, Surface] = {surface.route: surface for surface in TABLE}
+"""The surface served on each route (the edge's dispatch)."""
+BY_NAME: dict[str, Surface] = {surface.name: surface for surface in reversed(TABLE)}
+"""Each API's main surface by its name (``messages`` is ``/v1/messages``)."""
+NAMES: tuple[SurfaceName, ...] = ("chat", "responses", "messages")
+
+
+def surface_of(surface: Surface | str) -> Surface:
+    """``surface`` itself, or the main surface of the API it names."""
+    return surface if isinstance(surface, Surface) else BY_NAME[surface]
+
+
+def error_shape_of(path: str) -> str:
+    """The error shape of requests on ``path`` (below any root path): its surface's, the surface whose
+    route it extends (``/v1/messages/batches`` is Anthropic's), else OpenAI's."""
+    served = BY_ROUTE.get(path)
+    if served is not None:
+        return served.error_shape
+    for surface in TABLE:
+        if path.startswith(surface.route + "/"):
+            return surface.error_shape
+    return OPENAI

@@ -1,1 +1,0 @@
-"""Tools around the proxy: replay (the built-in mock upstream is :mod:`proxy.mock`)."""
