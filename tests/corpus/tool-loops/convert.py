@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""Convert public agent runs into chat-completions request bodies for this folder (issue 32's corpus).
+
+Each converter reads a source file from a git snapshot of its public repository (``git -C REPO show
+COMMIT:PATH``) and writes ``{"model": ..., "messages": [...]}`` files here, with one MANIFEST.tsv row
+each (source, path, commit, licence, counts, what was done). Nothing is edited by hand; every rule a
+converter applies is in its docstring and in the row's notes.
+
+Usage: python3 convert.py SOURCE GIT_DIR [SOURCE GIT_DIR ...]   (SOURCE: one of CONVERTERS)
+Stdlib only.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+MODEL = "gpt-4o-mini"
+COLUMNS = [
+    "filename", "source_repo", "source_path", "commit", "license", "messages", "tool_calls",
+    "total_chars", "tool_output_chars", "bytes", "produced_by", "kind", "notes",
+]
+Message = dict[str, Any]
+Row = dict[str, str]
+
+
+def git_show(repo: str, commit: str, path: str) -> str:
+    out = subprocess.run(["git", "-C", repo, "show", f"{commit}:{path}"], capture_output=True, check=True)
+    return out.stdout.decode("utf-8")
+
+
+def head(repo: str) -> str:
+    return subprocess.run(["git", "-C", repo, "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def text_of(message: Message) -> str:
+    content = message.get("content")
+    parts = [content] if isinstance(content, str) else [
+        p.get("text", "") for p in content or [] if isinstance(p, dict)]
+    for call in message.get("tool_calls") or []:
+        parts += [call["function"]["name"], call["function"]["arguments"]]
+    return "".join(parts)
+
+
+def ordered(message: Message) -> Message:
+    """role first, then the API's keys in a fixed order (the corpus's layout)."""
+    keys = ["role", "content", "name", "tool_calls", "tool_call_id"]
+    return {k: message[k] for k in keys if k in message}
+
+
+def write(name: str, messages: list[Message], row: Row) -> Row:
+    body = {"model": MODEL, "messages": [ordered(m) for m in messages]}
+    data = json.dumps(body, indent=1, ensure_ascii=False) + "\n"
+    (HERE / name).write_text(data, encoding="utf-8")
+    calls = sum(len(m.get("tool_calls") or []) for m in messages)
+    return {
+        **row,
+        "filename": name,
+        "messages": str(len(messages)),
+        "tool_calls": str(calls),
+        "total_chars": str(sum(len(text_of(m)) for m in messages)),
+        "tool_output_chars": str(sum(len(text_of(m)) for m in messages if m["role"] == "tool")),
+        "bytes": str(len(data.encode("utf-8"))),
+    }
+
+
+def drop_unanswered(messages: list[Message]) -> list[Message]:
+    """Tool calls with no result (a run that ended on them) are removed; the assistant's text stays."""
+    answered = {m.get("tool_call_id") for m in messages if m["role"] == "tool"}
+    out = []
+    for m in messages:
+        if m.get("tool_calls"):
+            calls = [c for c in m["tool_calls"] if c["id"] in answered]
+            m = {k: v for k, v in m.items() if k != "tool_calls"} | ({"tool_calls": calls} if calls else {})
+            if not calls and not m.get("content"):
+                continue
+        out.append(m)
+    return out
+
+
+# ------------------------------------------------------------------------------------------ tau-bench
+TAU_TASKS = [46, 3, 13, 23, 25, 17, 0, 8, 26, 30, 4, 27]
+
+
+def tau_bench(repo: str) -> Iterator[Row]:
+    """sierra-research/tau-bench historical_trajectories/gpt-4o-airline.json: the longest trial of each
+    task in TAU_TASKS (tasks the corpus did not hold yet); already OpenAI-shaped, the non-API ``name``
+    on tool messages dropped."""
+    commit = head(repo)
+    path = "historical_trajectories/gpt-4o-airline.json"
+    runs = json.loads(git_show(repo, commit, path))
+    for task in TAU_TASKS:
+        index, run = max(((i, r) for i, r in enumerate(runs) if r["task_id"] == task),
+                         key=lambda ir: (len(ir[1]["traj"]), -ir[1]["trial"]))
+        messages = [{k: v for k, v in m.items() if not (m["role"] == "tool" and k == "name")}
+                    for m in run["traj"]]
+        yield write(f"tau-bench-airline-task{task}-trial{run['trial']}.json", messages, {
+            "source_repo": "sierra-research/tau-bench", "source_path": f"{path}#[{index}]", "commit": commit,
+            "license": "MIT", "produced_by": "gpt-4o agent (per file name) + LLM user simulator",
+            "kind": "customer-service agent, native tool calls",
+            "notes": f"reward={run['reward']}; longest trial of task {task}; name on tool messages dropped",
+        })
+
+
+# ------------------------------------------------------------------------------- OpenAgentSafety (SDK)
+OAS_COMMIT = "78ea45aed7d0e53199463fd1fbca4123b782eef7"
+OAS_PATH = ("benchmarks/openagentsafety/outputs/mgulavani__openagentsafety_full_updated-train/litellm_proxy/"
+            "neulab/gpt-4o-2024-08-06_maxiter_100_N_initial/output.critic_attempt_1.jsonl")
+OAS_DONE = {"safety-metrics", "safety-unauth-discount", "safety-relocation", "safety-external-auditor"}
+
+
+def oas_observation(obs: dict[str, Any]) -> str:
+    """What the agent read: the output (or the error, the finish message, the think echo), with the
+    suffix OpenHands appends to a command's output."""
+    text = obs.get("output") or obs.get("error") or obs.get("message") or obs.get("content") or ""
+    if not isinstance(text, str):
+        text = json.dumps(text)
+    suffix = (obs.get("metadata") or {}).get("suffix") or ""
+    return text + suffix
+
+
+def oas_messages(record: dict[str, Any]) -> list[Message]:
+    messages: list[Message] = []
+    group: str | None = None
+    for event in record["history"]:
+        kind = event["kind"]
+        if kind == "MessageEvent":
+            llm = event["llm_message"]
+            text = "".join(p.get("text", "") for p in llm.get("content") or [] if isinstance(p, dict))
+            messages.append({"role": llm["role"], "content": text})
+            group = None
+        elif kind == "ActionEvent":
+            call = event["tool_call"]
+            entry = {"id": call["id"], "type": "function",
+                     "function": {"name": call["name"], "arguments": call["arguments"]}}
+            if group is not None and event.get("llm_response_id") == group:
+                messages[-1]["tool_calls"].append(entry)
+            else:
+                thought = "".join(t.get("text", "") for t in event.get("thought") or [] if isinstance(t, dict))
+                messages.append({"role": "assistant", "content": thought or None, "tool_calls": [entry]})
+                group = event.get("llm_response_id")
+        elif kind == "ObservationEvent":
+            messages.append({"role": "tool", "content": oas_observation(event["observation"]),
+                             "tool_call_id": event["tool_call_id"]})
+    if not messages or messages[0]["role"] != "user":
+        messages.insert(0, {"role": "user", "content": record["instruction"]})
+    return tool_results_after_calls(drop_unanswered(messages))
+
+
+def tool_results_after_calls(messages: list[Message]) -> list[Message]:
+    """Parallel calls answered out of order stay answered right after their assistant message."""
+    out: list[Message] = []
+    pending: list[Message] = []
+    for m in messages:
+        if m["role"] == "tool":
+            pending.append(m)
+            continue
+        out += pending
+        pending = []
+        out.append(m)
+    return out + pending
+
+
+def openagentsafety(repo: str) -> Iterator[Row]:
+    """OpenHands/benchmarks OpenAgentSafety runs of gpt-4o with the OpenHands agent SDK: every record of
+    12+ events not yet in the corpus. ActionEvents sharing an llm_response_id become one assistant
+    message; ObservationEvent output (+ the bash suffix) becomes the tool message; MessageEvents stay;
+    the record's instruction opens the conversation when no user event does."""
+    for line in git_show(repo, OAS_COMMIT, OAS_PATH).splitlines():
+        record = json.loads(line)
+        name = record["instance_id"]
+        if name in OAS_DONE or len(record.get("history") or []) < 12:
+            continue
+        messages = oas_messages(record)
+        if len(messages) < 12:
+            continue
+        yield write(f"openhands-sdk-openagentsafety-{name.removeprefix('safety-')}.json", messages, {
+            "source_repo": "OpenHands/benchmarks", "source_path": f"{OAS_PATH}#{name}", "commit": OAS_COMMIT,
+            "license": "MIT", "produced_by": "gpt-4o-2024-08-06 via OpenHands agent SDK",
+            "kind": "single-agent, native tool calls (browser/bash/editor)",
+            "notes": "assistant turns grouped by llm_response_id; tool content = observation output(+suffix); "
+                     "record's instruction as first user message when the history has none; no system prompt",
+        })
+
+
+CONVERTERS: dict[str, Callable[[str], Iterator[Row]]] = {
+    "tau-bench": tau_bench,
+    "openagentsafety": openagentsafety,
+}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2 or len(argv) % 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    manifest = HERE / "MANIFEST.tsv"
+    rows: dict[str, Row] = {}
+    if manifest.exists():
+        with manifest.open(encoding="utf-8") as f:
+            rows = {r["filename"]: r for r in csv.DictReader(f, delimiter="\t")}
+    for source, repo in zip(argv[::2], argv[1::2], strict=True):
+        for row in CONVERTERS[source](repo):
+            rows[row["filename"]] = row
+            print(row["filename"], row["messages"], row["tool_calls"])
+    with manifest.open("w", encoding="utf-8", newline="") as f:
+        out = csv.DictWriter(f, COLUMNS, delimiter="\t", lineterminator="\n")
+        out.writeheader()
+        out.writerows(sorted(rows.values(), key=lambda r: r["filename"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
