@@ -12,6 +12,7 @@ Stdlib only.
 
 from __future__ import annotations
 
+import ast
 import csv
 import json
 import re
@@ -191,9 +192,77 @@ def openagentsafety(repo: str) -> Iterator[Row]:
         })
 
 
+# ------------------------------------------------------------------------ LangGraph docs (pretty_print)
+LG_COMMIT = "b4630d845"  # the parent holds the notebook with its outputs; resolved to a full hash below
+LG_PATH = "docs/docs/tutorials/customer-support/customer-support.ipynb"
+LG_CELLS = {26: "part1", 42: "part3", 65: "part4"}
+BANNER = re.compile(r"^=+ (Human|Ai|Tool|System) Message =+$", re.M)
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def lg_ai(body: str, pending: list[str]) -> Message:
+    """An Ai Message: Claude's content blocks as printed (a Python literal: text and tool_use blocks,
+    inputs exact), or plain text followed by LangChain's 'Tool Calls:' listing."""
+    text, _, _calls = body.partition("\nTool Calls:\n")
+    text = text.strip()
+    message: Message = {"role": "assistant", "content": text or None}
+    if text.startswith("[{") and text.endswith("}]"):
+        blocks = ast.literal_eval(text)
+        message["content"] = "".join(b.get("text", "") for b in blocks if b.get("type") == "text") or None
+        calls = [{"id": b["id"], "type": "function",
+                  "function": {"name": b["name"], "arguments": json.dumps(b["input"], ensure_ascii=False)}}
+                 for b in blocks if b.get("type") == "tool_use"]
+        if calls:
+            message["tool_calls"] = calls
+            pending[:] = [c["id"] for c in calls]
+    return message
+
+
+def lg_messages(output: str) -> list[Message]:
+    output = ANSI.sub("", output)
+    marks = list(BANNER.finditer(output))
+    messages: list[Message] = []
+    pending: list[str] = []
+    for mark, after in zip(marks, [*marks[1:], None], strict=True):
+        body = output[mark.end(): after.start() if after else len(output)].strip("\n")
+        kind = mark.group(1)
+        if kind == "Human":
+            messages.append({"role": "user", "content": body.strip()})
+        elif kind == "Ai":
+            messages.append(lg_ai(body, pending))
+        elif kind == "Tool" and pending:
+            _name, _, content = body.partition("\n")
+            messages.append({"role": "tool", "content": content.lstrip("\n"), "tool_call_id": pending.pop(0)})
+    return drop_unanswered(messages)
+
+
+def langgraph_docs(repo: str) -> Iterator[Row]:
+    """langchain-ai/langgraph's customer-support tutorial (Swiss Airlines assistant, Claude through
+    LangGraph, flight / hotel / car / excursion tools over SQLite and a policy search): the committed
+    outputs of the cells that run the scripted user questions, as LangChain's pretty_print shows them.
+    Tool calls come from the printed Anthropic content blocks (inputs exact); each Tool Message answers
+    the next pending call of the message before it. No system prompt (the tutorial builds it at run
+    time); outputs over 1,500 characters were cut by the tutorial's printer ('... (truncated)')."""
+    commit = subprocess.run(["git", "-C", repo, "rev-parse", f"{LG_COMMIT}^"], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    notebook = json.loads(git_show(repo, commit, LG_PATH))
+    for cell, part in LG_CELLS.items():
+        outputs = notebook["cells"][cell].get("outputs", [])
+        text = "".join("".join(o.get("text", [])) for o in outputs)
+        messages = lg_messages(text)
+        yield write(f"langgraph-docs-customer-support-{part}.json", messages, {
+            "source_repo": "langchain-ai/langgraph", "source_path": f"{LG_PATH}#cell{cell}", "commit": commit,
+            "license": "MIT", "produced_by": "claude (Anthropic) via LangGraph, scripted user questions",
+            "kind": "customer-service assistant, native tool calls (SQL-backed booking tools, policy lookup)",
+            "notes": "parsed from the notebook's pretty_print output; tool-call inputs from the printed content "
+                     "blocks; tool results cut at 1,500 characters by the tutorial's printer; no system prompt",
+        })
+
+
 CONVERTERS: dict[str, Callable[[str], Iterator[Row]]] = {
     "tau-bench": tau_bench,
     "openagentsafety": openagentsafety,
+    "langgraph-docs": langgraph_docs,
 }
 
 
