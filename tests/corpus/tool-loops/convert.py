@@ -193,9 +193,20 @@ def openagentsafety(repo: str) -> Iterator[Row]:
 
 
 # ------------------------------------------------------------------------ LangGraph docs (pretty_print)
-LG_COMMIT = "b4630d845"  # the parent holds the notebook with its outputs; resolved to a full hash below
 LG_PATH = "docs/docs/tutorials/customer-support/customer-support.ipynb"
-LG_CELLS = {26: "part1", 42: "part3", 65: "part4"}
+LG_OLD_PATH = "examples/customer-support/customer-support.ipynb"
+LG_RUNS = [  # (commit, notebook, cell, file name): each a distinct committed run of the tutorial's cells
+    ("b4630d845^", LG_PATH, 26, "part1"),
+    ("b4630d845^", LG_PATH, 42, "part3"),
+    ("b4630d845^", LG_PATH, 65, "part4"),
+    ("2f1b28b3bf3e3e46ec3156cc2435c776aee4a859", LG_OLD_PATH, 32, "2024-04-30-part1"),
+    ("8a38226078383d49f57cd30c0df4203b0ea7cb2d", LG_OLD_PATH, 25, "2024-05-02-part1"),
+    ("8a38226078383d49f57cd30c0df4203b0ea7cb2d", LG_OLD_PATH, 41, "2024-05-02-part3"),
+    ("8a38226078383d49f57cd30c0df4203b0ea7cb2d", LG_OLD_PATH, 63, "2024-05-02-part4"),
+    ("8ad3478ea6740c20850ff4bab65addaf868ffecd", LG_OLD_PATH, 41, "2024-05-07-part3"),
+    ("8ad3478ea6740c20850ff4bab65addaf868ffecd", LG_OLD_PATH, 63, "2024-05-07-part4"),
+    ("b0ce42bce8299bc429c16f5d0fd075b6de23509b", LG_OLD_PATH, 64, "2024-06-13-part4"),
+]
 BANNER = re.compile(r"^=+ (Human|Ai|Tool|System) Message =+$", re.M)
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -239,19 +250,20 @@ def lg_messages(output: str) -> list[Message]:
 def langgraph_docs(repo: str) -> Iterator[Row]:
     """langchain-ai/langgraph's customer-support tutorial (Swiss Airlines assistant, Claude through
     LangGraph, flight / hotel / car / excursion tools over SQLite and a policy search): the committed
-    outputs of the cells that run the scripted user questions, as LangChain's pretty_print shows them.
-    Tool calls come from the printed Anthropic content blocks (inputs exact); each Tool Message answers
-    the next pending call of the message before it. No system prompt (the tutorial builds it at run
-    time); outputs over 1,500 characters were cut by the tutorial's printer ('... (truncated)')."""
-    commit = subprocess.run(["git", "-C", repo, "rev-parse", f"{LG_COMMIT}^"], capture_output=True, text=True,
-                            check=True).stdout.strip()
-    notebook = json.loads(git_show(repo, commit, LG_PATH))
-    for cell, part in LG_CELLS.items():
+    outputs of the cells that run the scripted user questions, as LangChain's pretty_print shows them,
+    from each distinct committed run (LG_RUNS: the notebook was re-run over 2024). Tool calls come from
+    the printed Anthropic content blocks (inputs exact); each Tool Message answers the next pending call
+    of the message before it. No system prompt (the tutorial builds it at run time); outputs over 1,500
+    characters were cut by the tutorial's printer ('... (truncated)')."""
+    for ref, path, cell, part in LG_RUNS:
+        commit = subprocess.run(["git", "-C", repo, "rev-parse", ref], capture_output=True, text=True,
+                                check=True).stdout.strip()
+        notebook = json.loads(git_show(repo, commit, path))
         outputs = notebook["cells"][cell].get("outputs", [])
         text = "".join("".join(o.get("text", [])) for o in outputs)
         messages = lg_messages(text)
         yield write(f"langgraph-docs-customer-support-{part}.json", messages, {
-            "source_repo": "langchain-ai/langgraph", "source_path": f"{LG_PATH}#cell{cell}", "commit": commit,
+            "source_repo": "langchain-ai/langgraph", "source_path": f"{path}#cell{cell}", "commit": commit,
             "license": "MIT", "produced_by": "claude (Anthropic) via LangGraph, scripted user questions",
             "kind": "customer-service assistant, native tool calls (SQL-backed booking tools, policy lookup)",
             "notes": "parsed from the notebook's pretty_print output; tool-call inputs from the printed content "
@@ -259,10 +271,104 @@ def langgraph_docs(repo: str) -> Iterator[Row]:
         })
 
 
+# ------------------------------------------------------------- LangGraph docs (message reprs, multi-agent)
+MA_PATH = "examples/multi_agent/multi-agent-collaboration.ipynb"
+MA_RUNS = [  # (commit, notebook, cell, file name): the two distinct committed runs of the streamed graph
+    ("6969a15892", MA_PATH, 20, "2024-05"),
+    ("2cec639a0c", "docs/docs/tutorials/multi_agent/multi-agent-collaboration.ipynb", 21, "2024-11"),
+]
+NODE = re.compile(r"^\{'([A-Za-z0-9_-]+)': ")
+LC_KINDS = {"AIMessage": "assistant", "ToolMessage": "tool", "HumanMessage": "user"}
+
+
+def literal(node: ast.AST) -> Any:
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        return None
+
+
+def reprs_in(line: str) -> list[tuple[str, dict[str, Any]]]:
+    """The LangChain messages a printed line holds (``AIMessage(content=..., ...)``), keywords read as
+    literals with ``ast`` (nothing is evaluated)."""
+    try:
+        tree = ast.parse(line.strip(), mode="eval")
+    except SyntaxError:
+        return []
+    found: list[tuple[str, dict[str, Any]]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in LC_KINDS:
+            found.append((node.func.id, {k.arg: literal(k.value) for k in node.keywords if k.arg}))
+    return found
+
+
+def lc_message(kind: str, fields: dict[str, Any]) -> Message:
+    role = LC_KINDS[kind]
+    content = fields.get("content")
+    message: Message = {"role": role, "content": content if isinstance(content, str) else json.dumps(content)}
+    if role == "tool":
+        message["tool_call_id"] = fields.get("tool_call_id")
+        return message
+    if fields.get("name"):
+        message["name"] = fields["name"]
+    calls = (fields.get("additional_kwargs") or {}).get("tool_calls") or []
+    if calls:
+        message["tool_calls"] = [{"id": c["id"], "type": "function",
+                                  "function": {"name": c["function"]["name"],
+                                               "arguments": c["function"]["arguments"]}} for c in calls]
+        message["content"] = message["content"] or None
+    return message
+
+
+def first_human(source: str) -> str:
+    """The task the cell streams into the graph: its first ``HumanMessage(content=...)`` literal, or
+    ``("user", "...")`` pair."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "HumanMessage":
+            return str(literal(node.keywords[0].value) if node.keywords else literal(node.args[0]))
+        pair = literal(node) if isinstance(node, ast.Tuple) else None
+        if isinstance(pair, tuple) and len(pair) == 2 and pair[0] == "user":
+            return str(pair[1])  # ("user", "...") as the stream's input
+    raise ValueError("no HumanMessage in the cell")
+
+
+def langgraph_multi_agent(repo: str) -> Iterator[Row]:
+    """langchain-ai/langgraph's multi-agent collaboration tutorial (a Researcher with Tavily search and a
+    chart_generator with a Python REPL, gpt-4 through LangGraph): the printed stream of each distinct
+    committed run, messages read from their reprs (keywords as literals; a message printed twice, by
+    id, once). The task is the cell's HumanMessage; each agent's turns are assistant messages carrying
+    its name (the graph node's, when the message has none); tool results follow as tool messages. No system prompts (each agent had its own)."""
+    for ref, path, cell, label in MA_RUNS:
+        commit = subprocess.run(["git", "-C", repo, "rev-parse", ref], capture_output=True, text=True,
+                                check=True).stdout.strip()
+        notebook = json.loads(git_show(repo, commit, path))
+        code = notebook["cells"][cell]
+        text = "".join("".join(o.get("text", [])) for o in code.get("outputs", []))
+        messages: list[Message] = [{"role": "user", "content": first_human("".join(code["source"]))}]
+        seen: set[str] = set()
+        for line in text.splitlines():
+            node = NODE.match(line)
+            for kind, fields in reprs_in(line):
+                key = str(fields.get("id") or json.dumps([kind, fields], sort_keys=True, default=str))
+                if key not in seen:
+                    seen.add(key)
+                    if kind == "AIMessage" and not fields.get("name") and node:
+                        fields["name"] = node.group(1)  # the graph node that spoke
+                    messages.append(lc_message(kind, fields))
+        messages = drop_unanswered(messages)
+        yield write(f"langgraph-docs-multi-agent-collaboration-{label}.json", messages, {
+            "source_repo": "langchain-ai/langgraph", "source_path": f"{path}#cell{cell}", "commit": commit,
+            "license": "MIT", "produced_by": "gpt-4 (per response metadata) via LangGraph",
+            "kind": "multi-agent: Researcher (web search) + chart_generator (Python REPL), shared transcript",
+            "notes": "messages read from the printed stream's reprs with ast (literals only); task from the "
+                     "cell's HumanMessage; assistant messages carry the agent's name; no system prompts",
+        })
+
 CONVERTERS: dict[str, Callable[[str], Iterator[Row]]] = {
     "tau-bench": tau_bench,
     "openagentsafety": openagentsafety,
     "langgraph-docs": langgraph_docs,
+    "langgraph-multi-agent": langgraph_multi_agent,
 }
 
 
