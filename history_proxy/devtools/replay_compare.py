@@ -19,7 +19,7 @@ from typing import Any
 from history_proxy.core.cost import ANTHROPIC, OPENAI, Pricing
 from history_proxy.core.identity import Identity
 from history_proxy.devtools.replay import ReplayError, ReplayResult, replay
-from history_proxy.devtools.replay_render import many_totals
+from history_proxy.devtools.replay_render import REASON_WORDS, many_totals
 from history_proxy.errors import ProxyError
 from history_proxy.pipeline.run import Pipeline
 from history_proxy.surfaces.shape import as_chat, surface_named
@@ -189,7 +189,13 @@ def render_compare(rows: Sequence[ChainFigures], conversations: int) -> str:
             f"{mark} {r.name:<{width}} {costs} {evidence:>17} {anywhere:>9} {unchanged:>9} {dearer:>6} "
             f"{dearest:>7}  {worst}"
         )
-        lines.append(f"  {'':<{width}}   chain: {', '.join(r.chain) or '(none)'}")
+        reasons = ", ".join(
+            f"{n} {REASON_WORDS[why]}" for why, n in (r.context_lost_by_reason or {}).items() if n
+        )
+        lines.append(
+            f"  {'':<{width}}   chain: {', '.join(r.chain) or '(none)'}"
+            + (f"; without context: {reasons}" if reasons else "")
+        )
     return "\n".join(lines)
 
 

@@ -159,6 +159,11 @@ def test_every_output_puts_evidence_with_its_context_first(
     compared = replayed(capsys, str(corpus), "--config", chain, "--compare", chain, chain)
     row = compared["chains"][0]
     assert row["with_context_share"] < row["evidence_share"] == 1.0
+    assert row["context_lost_by_reason"]["notice"] > 0
+    assert main(["replay", "--role", "worker", str(corpus), "--config", chain, "--compare", chain]) == 0
+    table = capsys.readouterr().out
+    assert table.splitlines()[1].split()[5:8] == ["with", "context", "anywhere"]
+    assert f"without context: {row['context_lost_by_reason']['notice']} only in a notice" in table
     page = corpus.parent / "page.html"
     assert main(["replay", "--role", "worker", alpha, "--config", chain, "--html", str(page)]) == 0
     assert "evidence with context" in page.read_text(encoding="utf-8").split("<table>")[0]
