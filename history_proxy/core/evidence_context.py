@@ -138,22 +138,36 @@ def _tool_match(prior: Sequence[Message], sent: Sequence[Message]) -> set[int]:
     return kept
 
 
+def _still_there(prior: Sequence[Message], sent: Sequence[Message], role: object) -> set[int]:
+    """Indexes of ``prior``'s messages of ``role`` the request still holds, as they were or rewritten. With
+    no id to follow (a text-action agent's observations are user messages), the two lists are walked in
+    order: a message equal to the next sent one is kept; else it was rewritten when as many remain on both
+    sides, dropped when the request holds fewer."""
+    ours = [j for j, m in enumerate(prior) if m.get("role") == role]
+    theirs = [message_text(m) for m in sent if m.get("role") == role]
+    kept: set[int] = set()
+    at = 0
+    for n, j in enumerate(ours):
+        if at < len(theirs) and (theirs[at] == message_text(prior[j]) or len(ours) - n == len(theirs) - at):
+            kept.add(j)
+            at += 1
+    return kept
+
+
 def _reason(
-    token: str,
     source: int,
     prior: Sequence[Message],
-    sent_texts: list[str],
+    sent: Sequence[Message],
     anywhere: bool,
     kept_tools: set[int],
 ) -> str:
+    """Why a token last seen in ``prior[source]`` has no context in the request: see REASONS."""
     if anywhere:
         return "notice"
     message = prior[source]
     if message.get("role") == "tool":
         return "elided" if source in kept_tools else "dropped"
-    text = message_text(message)  # an observation in a user message: kept as long as a sent one begins alike
-    head = text.strip().splitlines()[0] if text.strip() else ""
-    return "elided" if head and any(s.startswith(head) for s in sent_texts) else "dropped"
+    return "elided" if source in _still_there(prior, sent, message.get("role")) else "dropped"
 
 
 def measure_context(
@@ -185,7 +199,7 @@ def measure_context(
         if any(c in blind for j in reversed(sources) for c in memo.blind_contexts(token, texts[j], words)):
             with_context.add(token)
         else:
-            reason = _reason(token, sources[-1], prior, sent_texts, token in anywhere, kept_tools)
+            reason = _reason(sources[-1], prior, sent, token in anywhere, kept_tools)
             lost.append((token, reason))
     return ContextEvidence(
         needed=tuple(needed),

@@ -137,6 +137,16 @@ def test_a_token_lost_with_the_message_that_held_it_is_dropped() -> None:
     assert dict(evidence.lost) == {"8080": "dropped", "var/log/app_server": "dropped"}
 
 
+def test_a_text_action_observation_is_elided_or_dropped_as_the_request_shows() -> None:
+    observation = user("OBSERVATION\n" + CONFIG)
+    messages = [system(), user("Fix the service."), assistant("cat config.yaml"), observation]
+    messages += [assistant("ls"), user("OBSERVATION\nnothing here")]
+    answer = assistant("The port is 8080.")
+    shortened = [*messages[:3], user("Old environment output: (6 lines omitted)"), *messages[4:]]
+    assert measure_context(messages, answer, shortened).lost == (("8080", "elided"),)
+    assert measure_context(messages, answer, messages[:2] + messages[4:]).lost == (("8080", "dropped"),)
+
+
 def test_a_listing_entry_is_kept_with_the_entries_around_it() -> None:
     text = normalised(LISTING)
     assert contexts("src/app_views.py", text) == ["src/app_util.py\nsrc/app_views.py\ntests/test_app.py"]
