@@ -105,6 +105,66 @@ def _pricing(value: str | None) -> Pricing | None:
         raise CommandError(str(exc)) from None
 
 
+class _Splits:
+    """The split files (``split.tsv``) of the folders ``replay --split`` looks in, each read once."""
+
+    def __init__(self) -> None:
+        self.read: dict[Path, dict[str, str] | None] = {}
+
+    def of(self, folder: Path) -> dict[str, str] | None:
+        from history_proxy.devtools.replay_split import SPLIT_FILE, SplitError, parse_split
+
+        folder = folder.resolve()
+        if folder not in self.read:
+            path = folder / SPLIT_FILE
+            try:
+                self.read[folder] = (
+                    parse_split(path.read_text(encoding="utf-8"), str(path)) if path.is_file() else None
+                )
+            except (OSError, UnicodeDecodeError, SplitError) as exc:
+                raise CommandError(f"{path}: cannot read the split: {exc}") from None
+        return self.read[folder]
+
+    def half(self, file: Path) -> str | None:
+        from history_proxy.devtools.replay_split import half_of
+
+        resolved = file.resolve()
+        for folder in resolved.parents:
+            self.of(folder)
+        return half_of(resolved, {k: v for k, v in self.read.items() if v is not None})
+
+
+def _replay_paths(files: list[str], half: str | None) -> list[str]:
+    """The FILE arguments with each folder expanded (its split file's conversations, else its ``*.json``)
+    and, with ``--split``, only the conversations of that half."""
+    from history_proxy.devtools.replay_split import SPLIT_FILE, in_half
+
+    splits, out = _Splits(), []
+    for file in files:
+        path = Path(file)
+        listed = splits.of(path) if path.is_dir() else None
+        if path.is_dir() and listed is None and half is not None:
+            raise CommandError(f"{file}: no {SPLIT_FILE} to take the {half} half from")
+        if path.is_dir():
+            out += (
+                [str(path / p) for p in in_half(listed, half)]
+                if listed
+                else sorted(map(str, path.glob("*.json")))
+            )
+        elif half is None:
+            out.append(file)
+        else:
+            side = splits.half(path)
+            if side is None:
+                raise CommandError(f"{file}: no {SPLIT_FILE} in its folder or above lists it")
+            out += [file] if side == half else []
+    if not out:
+        raise CommandError(
+            f"no conversation in the {half} half among the files" if half else "no FILE to replay"
+        )
+    return out
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     from history_proxy.core.tokens import TokenCounters
     from history_proxy.devtools.replay import ReplayError
@@ -113,6 +173,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from history_proxy.devtools.replay_render import many_totals, render_many, render_text
     from history_proxy.pipeline.run import Pipeline
 
+    args.file = _replay_paths(args.file, args.split)
     if args.compare:
         return _compare(args)
     config, _ = load(args.config)
@@ -276,7 +337,8 @@ def build_parser() -> argparse.ArgumentParser:
         "file",
         metavar="FILE",
         nargs="+",
-        help="a chat, Responses or Messages body holding the whole conversation; several: a line each, totals",
+        help="a chat, Responses or Messages body holding the whole conversation, or a folder of them; "
+        "several: a line each, totals",
     )
     replay_.add_argument(
         "--pricing",
@@ -297,6 +359,11 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         metavar="CONFIG",
         help="replay the files through each config's chain and print the cost/evidence frontier",
+    )
+    replay_.add_argument(
+        "--split",
+        choices=["tune", "held-out"],
+        help="replay one half of a corpus split: FILE may be a folder holding split.tsv (docs/replay.md)",
     )
     replay_.add_argument(
         "--json", action="store_true", help="print JSON (steps and totals) instead of a table"

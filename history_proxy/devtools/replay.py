@@ -13,10 +13,12 @@ one given: tokens billed as cached, uncached, and the cost in input-token equiva
 same conversation sent unfiltered (append-only, so everything but the new messages is cached). A
 conversation whose filtered cost ends above its unfiltered cost is flagged ``dearer``.
 
-Beside the cost, each request measures *evidence kept* (docs/cost.md, evidence kept,
-``history_proxy.core.evidence``): the
-distinctive tokens the model's next answer took from an earlier observation, and which of them the
-request the chain sends no longer holds (``evidence_lost``, listed so a person can judge them).
+Beside the cost, each request measures *evidence kept* (docs/cost.md, evidence kept): the distinctive
+tokens the model's next answer took from an earlier observation (``history_proxy.core.evidence``), read
+three ways. First, *with its context* (``history_proxy.core.evidence_context``): the request still holds
+the token where it stood; each token that lost its context is listed with why (``evidence_context_lost``:
+elided, only in a notice, in a dropped message). Beside it, *token anywhere* (``evidence_lost`` lists the
+tokens the request no longer holds at all) and *in an unchanged message* (``evidence_out_of_context``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from history_proxy.core.cost import CacheSimulator, Pricing, shared_prefix
-from history_proxy.core.evidence import kept_share, measure
+from history_proxy.core.evidence import kept_share
+from history_proxy.core.evidence_context import REASONS, ContextEvidence, ContextMemo, measure_context
 from history_proxy.core.identity import Identity
 from history_proxy.core.messages import Message
 from history_proxy.errors import ProxyError
@@ -59,10 +62,18 @@ class ReplayStep:
     """Of those, the ones the request sent no longer holds."""
     evidence_out_of_context: tuple[str, ...] = ()
     """Of those kept, the ones it holds only in messages the chain changed (a notice, a digest)."""
+    evidence_context_lost: tuple[tuple[str, str], ...] = ()
+    """``(token, reason)`` for each evidence token the request holds without its context, or not at all
+    (reason: elided, notice, dropped; docs/cost.md, evidence kept with its context)."""
 
     @property
     def evidence_kept(self) -> int:
         return self.evidence_needed - len(self.evidence_lost)
+
+    @property
+    def evidence_with_context(self) -> int:
+        """Evidence tokens the request holds where they stood (the headline reading)."""
+        return self.evidence_needed - len(self.evidence_context_lost)
 
     @property
     def evidence_share(self) -> float:
@@ -119,8 +130,26 @@ class ReplayResult:
 
     @property
     def evidence_in_context(self) -> int:
-        """Evidence kept in a message the chain left as it was (the stricter reading)."""
+        """Evidence kept in a message the chain left as it was."""
         return sum(s.evidence_in_context for s in self.steps)
+
+    @property
+    def evidence_with_context(self) -> int:
+        """Evidence kept with its context (docs/cost.md): the headline reading."""
+        return sum(s.evidence_with_context for s in self.steps)
+
+    @property
+    def with_context_share(self) -> float:
+        return kept_share(self.evidence_with_context, self.evidence_needed)
+
+    @property
+    def context_lost_by_reason(self) -> dict[str, int]:
+        """Evidence tokens without their context, by why: elided, notice, dropped."""
+        counts = dict.fromkeys(REASONS, 0)
+        for step in self.steps:
+            for _, reason in step.evidence_context_lost:
+                counts[reason] += 1
+        return counts
 
     @property
     def dearer(self) -> bool:
@@ -149,6 +178,9 @@ class ReplayResult:
             "cost_ratio": round(self.cost_ratio, 4),
             "dearer": self.dearer,
             "evidence_needed": self.evidence_needed,
+            "evidence_with_context": self.evidence_with_context,
+            "with_context_share": round(self.with_context_share, 4),
+            "context_lost_by_reason": self.context_lost_by_reason,
             "evidence_kept": self.evidence_kept,
             "evidence_share": round(self.evidence_share, 4),
             "evidence_in_context": self.evidence_in_context,
@@ -169,6 +201,8 @@ class ReplayResult:
                     "cached_share": round(s.cached_share, 4),
                     "evidence_lost": list(s.evidence_lost),
                     "evidence_out_of_context": list(s.evidence_out_of_context),
+                    "evidence_context_lost": [list(pair) for pair in s.evidence_context_lost],
+                    "evidence_with_context": s.evidence_with_context,
                     "evidence_share": round(s.evidence_share, 4),
                 }
                 for s in self.steps
@@ -203,6 +237,21 @@ def _without_marks(message: Message) -> str:
     return json.dumps(clean, sort_keys=True, ensure_ascii=False)
 
 
+def _evidence_fields(evidence: ContextEvidence | None) -> dict[str, Any]:
+    """A request's evidence as the step records it: needed, lost anywhere, kept only in a changed message,
+    and each token without its context with why."""
+    if evidence is None:
+        return {}
+    return {
+        "evidence_needed": len(evidence.needed),
+        "evidence_lost": tuple(t for t in evidence.needed if t not in evidence.anywhere),
+        "evidence_out_of_context": tuple(
+            t for t in evidence.needed if t in evidence.anywhere and t not in evidence.unchanged
+        ),
+        "evidence_context_lost": evidence.lost,
+    }
+
+
 async def replay(
     pipeline: Pipeline, body: dict[str, Any], identity: Identity, pricing: Pricing | None = None
 ) -> ReplayResult:
@@ -223,6 +272,7 @@ async def replay(
     previous: list[str] = []
     chain: list[str] = []
     mode = "enforce"
+    memo = ContextMemo()
     for number, end in enumerate(request_ends(messages), start=1):
         try:
             result = await pipeline.run({**body, "messages": messages[:end]}, identity, upstream)
@@ -241,7 +291,7 @@ async def replay(
             original_tokens.append(counter.message(m))
         plain = unfiltered_billed.send(original_keys[:end], original_tokens[:end], result.tokens_before)
         answer = messages[end] if end < len(messages) else None
-        evidence = measure(messages[:end], answer, sent) if answer is not None else None
+        evidence = measure_context(messages[:end], answer, sent, memo=memo) if answer is not None else None
         steps.append(
             ReplayStep(
                 request=number,
@@ -253,9 +303,7 @@ async def replay(
                 cost=priced.cost,
                 unfiltered_cached=plain.cached,
                 unfiltered_cost=plain.cost,
-                evidence_needed=len(evidence.needed) if evidence else 0,
-                evidence_lost=evidence.lost if evidence else (),
-                evidence_out_of_context=evidence.out_of_context if evidence else (),
+                **_evidence_fields(evidence),
             )
         )
         previous = keys

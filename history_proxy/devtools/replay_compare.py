@@ -2,9 +2,11 @@
 
 Each chain (a config file) replays the same conversations under every pricing model asked for (both
 presets by default); a chain's figures are its cost over unfiltered per pricing, the conversations
-that ended dearer than unfiltered, evidence kept over all of them (docs/cost.md, evidence kept) and the
-conversation that kept the least. A chain is *on the frontier* when no other chain costs no more
-under every pricing and keeps no less evidence, while doing strictly better on one of them.
+that ended dearer than unfiltered, evidence kept over all of them (docs/cost.md, evidence kept: with its
+context first, then token anywhere and in an unchanged message) and the conversation that kept the
+least with its context. A chain is *on the frontier* when no other chain costs no more under every
+pricing and keeps no less evidence (with context, anywhere, unchanged), while doing strictly better on
+one of them.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 from history_proxy.core.cost import ANTHROPIC, OPENAI, Pricing
 from history_proxy.core.identity import Identity
 from history_proxy.devtools.replay import ReplayError, ReplayResult, replay
-from history_proxy.devtools.replay_render import many_totals
+from history_proxy.devtools.replay_render import REASON_WORDS, many_totals
 from history_proxy.errors import ProxyError
 from history_proxy.pipeline.run import Pipeline
 from history_proxy.surfaces.shape import as_chat, surface_named
@@ -80,6 +82,14 @@ class ChainFigures:
     """Evidence kept in a message the chain left as it was (a notice's facts do not count)."""
     least_evidence: dict[str, Any] | None
     frontier: bool = False
+    evidence_with_context: int = 0
+    """Evidence kept where it stood (docs/cost.md, evidence kept with its context): the headline."""
+    context_lost_by_reason: dict[str, int] | None = None
+    """Evidence without its context, by why (elided, notice, dropped)."""
+
+    @property
+    def with_context_share(self) -> float:
+        return self.evidence_with_context / self.evidence_needed if self.evidence_needed else 1.0
 
     @property
     def evidence_share(self) -> float:
@@ -94,6 +104,9 @@ class ChainFigures:
             "config": self.name,
             "chain": self.chain,
             "cost_ratio": self.cost_ratio,
+            "evidence_with_context": self.evidence_with_context,
+            "with_context_share": round(self.with_context_share, 4),
+            "context_lost_by_reason": self.context_lost_by_reason or {},
             "dearer": self.dearer,
             "worst_cost": self.worst_cost,
             "evidence_kept": self.evidence_kept,
@@ -124,13 +137,19 @@ def figures(name: str, by_pricing: dict[str, dict[str, ReplayResult]]) -> ChainF
         evidence_needed=any_totals["evidence_needed"],
         evidence_in_context=any_totals["evidence_in_context"],
         least_evidence=any_totals["least_evidence"],
+        evidence_with_context=any_totals["evidence_with_context"],
+        context_lost_by_reason=any_totals["context_lost_by_reason"],
     )
 
 
 def _dominates(a: ChainFigures, b: ChainFigures) -> bool:
-    """``a`` costs no more under any pricing and keeps no less evidence (anywhere, and in context),
-    and does strictly better on one of them."""
-    pairs = [(-a.evidence_share, -b.evidence_share), (-a.in_context_share, -b.in_context_share)]
+    """``a`` costs no more under any pricing and keeps no less evidence (with its context, anywhere, in an
+    unchanged message), and does strictly better on one of them."""
+    pairs = [
+        (-a.with_context_share, -b.with_context_share),
+        (-a.evidence_share, -b.evidence_share),
+        (-a.in_context_share, -b.in_context_share),
+    ]
     pairs += [(a.cost_ratio[p], b.cost_ratio[p]) for p in b.cost_ratio]
     return all(x <= y for x, y in pairs) and any(x < y for x, y in pairs)
 
@@ -146,28 +165,37 @@ def on_frontier(rows: Sequence[ChainFigures]) -> list[ChainFigures]:
 
 
 def render_compare(rows: Sequence[ChainFigures], conversations: int) -> str:
-    """A table: one line per chain, costs per pricing, evidence kept, the least-kept conversation."""
+    """A table: one line per chain, costs per pricing, evidence kept with its context first (then token
+    anywhere and in an unchanged message), the conversation that kept the least with its context."""
     pricings = list(rows[0].cost_ratio) if rows else []
     width = max((len(r.name) for r in rows), default=6)
     head = f"{'config':<{width}} " + " ".join(f"{'x ' + p:>10}" for p in pricings)
     lines = [
-        f"{conversations} conversations; cost with caching over unfiltered; evidence kept (docs/cost.md) "
-        "anywhere and in context (in a message left as it was); * = on the cost/evidence frontier",
-        f"  {head} {'evidence':>17} {'in context':>10} {'dearer':>6} {'worst':>7}  least kept",
+        f"{conversations} conversations; cost with caching over unfiltered; evidence kept (docs/cost.md) with "
+        "its context, token anywhere, in an unchanged message; * = on the cost/evidence frontier",
+        f"  {head} {'with context':>17} {'anywhere':>9} {'unchanged':>9} {'dearer':>6} {'worst':>7}  least kept",
     ]
     for r in rows:
         costs = " ".join(f"{'x' + format(r.cost_ratio[p], '.3f'):>10}" for p in pricings)
-        evidence = f"{r.evidence_share * 100:.1f}% ({r.evidence_kept}/{r.evidence_needed})"
+        evidence = f"{r.with_context_share * 100:.1f}% ({r.evidence_with_context}/{r.evidence_needed})"
         dearer = max((len(d) for d in r.dearer.values()), default=0)
         least = r.least_evidence
-        worst = f"{least['file']} {least['evidence_share'] * 100:.0f}%" if least else "-"
+        worst = f"{least['file']} {least['with_context_share'] * 100:.0f}%" if least else "-"
         mark = "*" if r.frontier else " "
-        context = f"{r.in_context_share * 100:.1f}%"
+        anywhere = f"{r.evidence_share * 100:.1f}%"
+        unchanged = f"{r.in_context_share * 100:.1f}%"
         dearest = f"x{max(r.worst_cost.values(), default=1.0):.3f}"
         lines.append(
-            f"{mark} {r.name:<{width}} {costs} {evidence:>17} {context:>10} {dearer:>6} {dearest:>7}  {worst}"
+            f"{mark} {r.name:<{width}} {costs} {evidence:>17} {anywhere:>9} {unchanged:>9} {dearer:>6} "
+            f"{dearest:>7}  {worst}"
         )
-        lines.append(f"  {'':<{width}}   chain: {', '.join(r.chain) or '(none)'}")
+        reasons = ", ".join(
+            f"{n} {REASON_WORDS[why]}" for why, n in (r.context_lost_by_reason or {}).items() if n
+        )
+        lines.append(
+            f"  {'':<{width}}   chain: {', '.join(r.chain) or '(none)'}"
+            + (f"; without context: {reasons}" if reasons else "")
+        )
     return "\n".join(lines)
 
 

@@ -4,7 +4,8 @@ The first chart draws every request as a share of the same request unfiltered (t
 cacheable prefix, cost), so a long conversation whose unfiltered size grows a hundredfold still shows
 what the chain does on request 3 as on request 300: unfiltered is the 100 % line. The second draws the
 evidence kept per request (docs/cost.md, evidence kept), a bar for each request whose answer used something read in
-an observation; hovering a bar lists the tokens lost. Ticks fall on round values and requests are
+an observation: kept with its context, kept only as a bare token, lost; hovering a bar lists the tokens
+without their context and why. Ticks fall on round values and requests are
 labelled along the x axis. No script, no external resource.
 """
 
@@ -15,7 +16,7 @@ import math
 from collections.abc import Callable
 
 from history_proxy.devtools.replay import ReplayResult, ReplayStep
-from history_proxy.devtools.replay_render import cost_summary, evidence_summary, pricing_line
+from history_proxy.devtools.replay_render import REASON_WORDS, cost_summary, pricing_line, result_evidence
 
 WIDTH, HEIGHT, PAD = 900, 360, 50
 EVIDENCE_HEIGHT = 220
@@ -112,23 +113,30 @@ def _cost_chart(steps: list[ReplayStep]) -> str:
     )
 
 
+def _without_context(s: ReplayStep) -> str:
+    """``elided: HAT170 8080; only in a notice: ZFA04Y``: the tokens without their context, by why."""
+    groups = {
+        words: " ".join(t for t, r in s.evidence_context_lost if r == reason)
+        for reason, words in REASON_WORDS.items()
+    }
+    return "; ".join(f"{words}: {tokens}" for words, tokens in groups.items() if tokens)
+
+
 def _lost_title(s: ReplayStep) -> str:
-    lost = " ".join(s.evidence_lost) or "nothing"
-    outside = (
-        f"; only in a notice: {' '.join(s.evidence_out_of_context)}" if s.evidence_out_of_context else ""
-    )
     return html.escape(
-        f"request {s.request}: {s.evidence_kept} of {s.evidence_needed} kept; lost: {lost}{outside}"
+        f"request {s.request}: {s.evidence_with_context} of {s.evidence_needed} kept with their context, "
+        f"{s.evidence_kept} anywhere; without context: {_without_context(s) or 'nothing'}"
     )
 
 
 def _evidence_bar(axes: _Axes, s: ReplayStep, width: float) -> str:
-    """A stacked bar, bottom up: evidence in context, kept only in a notice, lost."""
+    """A stacked bar, bottom up: evidence with its context, kept only as a bare token, lost."""
     x = axes.x(s.request) - width / 2
+    bare = max(0, s.evidence_kept - s.evidence_with_context)
     shares = [
-        (s.evidence_in_context / s.evidence_needed, KEPT),
-        (len(s.evidence_out_of_context) / s.evidence_needed, NOTICE),
-        (len(s.evidence_lost) / s.evidence_needed, LOST),
+        (s.evidence_with_context / s.evidence_needed, KEPT),
+        (bare / s.evidence_needed, NOTICE),
+        ((s.evidence_needed - s.evidence_with_context - bare) / s.evidence_needed, LOST),
     ]
     rects, base = [], 0.0
     for share, colour in shares:
@@ -150,18 +158,19 @@ def _evidence_chart(steps: list[ReplayStep]) -> str:
     return (
         f'<svg id="evidence" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{EVIDENCE_HEIGHT}" '
         f'viewBox="0 0 {WIDTH} {EVIDENCE_HEIGHT}">'
-        f"{axes.draw('evidence kept: tokens the answer read in an observation, still in the request')}"
+        f"{axes.draw('evidence kept: tokens the answer read in an observation, still where they stood')}"
         f"{''.join(bars)}</svg>"
     )
 
 
 def _row(s: ReplayStep) -> str:
+    context = f"{s.evidence_with_context}/{s.evidence_needed}" if s.evidence_needed else ""
     evidence = f"{s.evidence_kept}/{s.evidence_needed}" if s.evidence_needed else ""
     return (
         f"<tr><td>{s.request}</td><td>{s.messages}</td><td>{s.tokens_unfiltered}</td><td>{s.tokens_sent}</td>"
         f"<td>{s.tokens_cached_prefix}</td><td>{s.cached_share * 100:.1f}%</td><td>{s.tokens_cached}</td>"
         f"<td>{s.tokens_uncached}</td><td>{s.cost:.1f}</td><td>{s.unfiltered_cost:.1f}</td>"
-        f'<td>{evidence}</td><td class="lost">{html.escape(" ".join(s.evidence_lost))}</td></tr>'
+        f'<td>{context}</td><td>{evidence}</td><td class="lost">{html.escape(_without_context(s))}</td></tr>'
     )
 
 
@@ -173,7 +182,7 @@ def render_html(result: ReplayResult, title: str) -> str:
     legend = "".join(
         f'<span style="color:{colour}">&#9632; {label}</span> ' for _, label, colour, _ in _SERIES
     )
-    evidence = evidence_summary(result.evidence_kept, result.evidence_needed, result.evidence_in_context)
+    evidence = result_evidence(result)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}
@@ -189,12 +198,14 @@ cacheable prefix.</p>
 (costs in uncached input-token equivalents); {html.escape(evidence)}.</p>
 <p>{legend}</p>
 {_cost_chart(steps)}
-<p><span style="color:{KEPT}">&#9632; evidence kept in context</span>
-<span style="color:{NOTICE}">&#9632; kept only in a notice</span> <span style="color:{LOST}">&#9632; lost</span>
+<p><span style="color:{KEPT}">&#9632; evidence kept with its context</span>
+<span style="color:{NOTICE}">&#9632; only the bare token (a notice's fact list)</span>
+<span style="color:{LOST}">&#9632; lost</span>
 (hover a bar for the tokens)</p>
 {_evidence_chart(steps)}
 <table><tr><th>request</th><th>messages sent</th><th>unfiltered</th><th>sent</th><th>cacheable prefix</th>
-<th>cached</th><th>billed cached</th><th>uncached</th><th>cost</th><th>cost unfiltered</th><th>evidence kept</th>
-<th>lost</th></tr>{"".join(_row(s) for s in steps)}</table>
+<th>cached</th><th>billed cached</th><th>uncached</th><th>cost</th><th>cost unfiltered</th>
+<th>evidence with context</th><th>token anywhere</th><th>without context (why)</th></tr>
+{"".join(_row(s) for s in steps)}</table>
 </body></html>
 """

@@ -30,18 +30,43 @@ def cost_summary(result: ReplayResult) -> str:
     )
 
 
-def evidence_summary(kept: int, needed: int, in_context: int | None = None) -> str:
-    """``evidence kept 97.5% (39/40)``, then ``, 85.0% in context`` when given."""
-    share = kept / needed if needed else 1.0
-    context = (
-        "" if in_context is None else f", {(in_context / needed if needed else 1.0) * 100:.1f}% in context"
+def _share(part: int, whole: int) -> str:
+    return f"{(part / whole if whole else 1.0) * 100:.1f}%"
+
+
+REASON_WORDS = {"elided": "elided", "notice": "only in a notice", "dropped": "in a dropped message"}
+"""How the text names each reason a token lost its context (docs/cost.md)."""
+
+
+def evidence_summary(
+    with_context: int, kept: int, unchanged: int, needed: int, by_reason: dict[str, int] | None = None
+) -> str:
+    """``evidence with context 87.5% (35/40; lost: 3 elided, 2 only in a notice), token anywhere 100.0%
+    (40/40), in an unchanged message 87.5%``: the headline reading first (docs/cost.md)."""
+    reasons = ", ".join(f"{n} {REASON_WORDS[r]}" for r, n in (by_reason or {}).items() if n)
+    return (
+        f"evidence with context {_share(with_context, needed)} ({with_context}/{needed}"
+        + (f"; lost: {reasons}" if reasons else "")
+        + f"), token anywhere {_share(kept, needed)} ({kept}/{needed}), in an unchanged message "
+        + _share(unchanged, needed)
     )
-    return f"evidence kept {share * 100:.1f}% ({kept}/{needed}){context}"
 
 
-def _lost(tokens: tuple[str, ...], most: int = 4) -> str:
-    shown = " ".join(tokens[:most])
-    return shown + (f" +{len(tokens) - most}" if len(tokens) > most else "")
+def result_evidence(result: ReplayResult) -> str:
+    """:func:`evidence_summary` of one replayed conversation."""
+    return evidence_summary(
+        result.evidence_with_context,
+        result.evidence_kept,
+        result.evidence_in_context,
+        result.evidence_needed,
+        result.context_lost_by_reason,
+    )
+
+
+def _lost(pairs: tuple[tuple[str, str], ...], most: int = 4) -> str:
+    """``HAT170:notice 8080:elided +3``: the first tokens without their context, each with why."""
+    shown = " ".join(f"{token}:{reason}" for token, reason in pairs[:most])
+    return shown + (f" +{len(pairs) - most}" if len(pairs) > most else "")
 
 
 def render_text(result: ReplayResult) -> str:
@@ -53,22 +78,23 @@ def render_text(result: ReplayResult) -> str:
     ]
     lines += [
         f"{'req':>4} {'msgs':>5} {'unfiltered':>11} {'sent':>9} {'cached prefix':>14} {'cached %':>9} "
-        f"{'billed cached':>14} {'uncached':>9} {'cost':>10} {'unfilt. cost':>13} {'evidence':>9}  lost"
+        f"{'billed cached':>14} {'uncached':>9} {'cost':>10} {'unfilt. cost':>13} {'context':>9} {'token':>9}"
+        "  without context (why)"
     ]
     for s in result.steps:
         lines.append(
             f"{s.request:>4} {s.messages:>5} {s.tokens_unfiltered:>11} {s.tokens_sent:>9} "
             f"{s.tokens_cached_prefix:>14} {s.cached_share * 100:>8.1f}% "
             f"{s.tokens_cached:>14} {s.tokens_uncached:>9} {s.cost:>10.1f} {s.unfiltered_cost:>13.1f} "
-            f"{f'{s.evidence_kept}/{s.evidence_needed}':>9}  {_lost(s.evidence_lost)}".rstrip()
+            f"{f'{s.evidence_with_context}/{s.evidence_needed}':>9} {f'{s.evidence_kept}/{s.evidence_needed}':>9}  "
+            f"{_lost(s.evidence_context_lost)}".rstrip()
         )
     t = result.totals
     lines.append(
         f"total: {t['requests']} requests, {t['tokens_unfiltered']} tokens unfiltered, {t['tokens_sent']} sent "
         f"({t['saved_share'] * 100:.1f}% saved), {t['tokens_cached_prefix']} a cacheable prefix "
         f"({t['cached_share'] * 100:.1f}% of sent), {t['tokens_cached']} billed cached, "
-        f"{t['tokens_uncached']} uncached; {cost_summary(result)}; "
-        f"{evidence_summary(result.evidence_kept, result.evidence_needed, result.evidence_in_context)}"
+        f"{t['tokens_uncached']} uncached; {cost_summary(result)}; {result_evidence(result)}"
     )
     return "\n".join(lines)
 
@@ -81,9 +107,13 @@ def many_totals(results: dict[str, ReplayResult]) -> dict[str, Any]:
     needed = sum(r.evidence_needed for r in results.values())
     kept = sum(r.evidence_kept for r in results.values())
     in_context = sum(r.evidence_in_context for r in results.values())
-    least = min(results.items(), key=lambda item: (item[1].evidence_share, item[0]), default=None)
-    if least is not None and least[1].evidence_share >= 1.0:
-        least = None  # every conversation kept all its evidence
+    with_context = sum(r.evidence_with_context for r in results.values())
+    by_reason = {
+        reason: sum(r.context_lost_by_reason[reason] for r in results.values()) for reason in REASON_WORDS
+    }
+    least = min(results.items(), key=lambda item: (item[1].with_context_share, item[0]), default=None)
+    if least is not None and least[1].with_context_share >= 1.0:
+        least = None  # every conversation kept all its evidence with its context
     return {
         "conversations": len(results),
         "requests": sum(len(r.steps) for r in results.values()),
@@ -96,12 +126,17 @@ def many_totals(results: dict[str, ReplayResult]) -> dict[str, Any]:
         "dearer": sorted(name for name, r in results.items() if r.dearer),
         "worst": {"file": worst[0], "cost_ratio": round(worst[1].cost_ratio, 4)} if worst else None,
         "evidence_needed": needed,
+        "evidence_with_context": with_context,
+        "with_context_share": round(with_context / needed, 4) if needed else 1.0,
+        "context_lost_by_reason": by_reason,
         "evidence_kept": kept,
         "evidence_share": round(kept / needed, 4) if needed else 1.0,
         "evidence_in_context": in_context,
         "in_context_share": round(in_context / needed, 4) if needed else 1.0,
         "least_evidence": {
             "file": least[0],
+            "with_context_share": round(least[1].with_context_share, 4),
+            "evidence_with_context": least[1].evidence_with_context,
             "evidence_share": round(least[1].evidence_share, 4),
             "evidence_kept": least[1].evidence_kept,
             "evidence_needed": least[1].evidence_needed,
@@ -120,7 +155,7 @@ def render_many(results: dict[str, ReplayResult]) -> str:
         t = r.totals
         lines.append(
             f"{name:<{width}} {t['requests']:>4} req {t['tokens_unfiltered']:>9} unfiltered "
-            f"{t['tokens_sent']:>8} sent; {cost_summary(r)}; {evidence_summary(r.evidence_kept, r.evidence_needed)}"
+            f"{t['tokens_sent']:>8} sent; {cost_summary(r)}; {result_evidence(r)}"
         )
     t = many_totals(results)
     lines.append(
@@ -128,9 +163,17 @@ def render_many(results: dict[str, ReplayResult]) -> str:
         f"unfiltered, {t['tokens_sent']} sent; cost {t['cost']:.1f} vs {t['unfiltered_cost']:.1f} unfiltered "
         f"(x{t['cost_ratio']:.3f}); {len(t['dearer'])} dearer than unfiltered"
         + (f" (worst x{t['worst']['cost_ratio']:.3f}: {t['worst']['file']})" if t["worst"] else "")
-        + f"; {evidence_summary(t['evidence_kept'], t['evidence_needed'], t['evidence_in_context'])}"
+        + "; "
+        + evidence_summary(
+            t["evidence_with_context"],
+            t["evidence_kept"],
+            t["evidence_in_context"],
+            t["evidence_needed"],
+            t["context_lost_by_reason"],
+        )
         + (
-            f" (least {t['least_evidence']['evidence_share'] * 100:.1f}%: {t['least_evidence']['file']})"
+            f" (least with context {t['least_evidence']['with_context_share'] * 100:.1f}%: "
+            f"{t['least_evidence']['file']})"
             if t["least_evidence"]
             else ""
         )

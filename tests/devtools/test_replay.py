@@ -123,7 +123,8 @@ def test_replay_prints_a_table_line_per_request_then_totals(
     assert lines[1].startswith("pricing openai: cached reads x0.1, cache writes x1, from 1024 tokens")
     assert lines[2].split() == [
         "req", "msgs", "unfiltered", "sent", "cached", "prefix", "cached", "%",
-        "billed", "cached", "uncached", "cost", "unfilt.", "cost", "evidence", "lost",
+        "billed", "cached", "uncached", "cost", "unfilt.", "cost", "context", "token",
+        "without", "context", "(why)",
     ]  # fmt: skip
     requests = len(answered_prefixes(corpus_body(CONVERSATION)["messages"]))
     assert len(lines) == 3 + requests + 1
@@ -384,8 +385,12 @@ def test_the_evidence_chart_lists_the_lost_tokens_on_hover_and_in_the_table(conf
     result = asyncio.run(replay(Pipeline(config, TokenCounters()), body, Identity(role="worker")))
     page = render_html(result, "replay")
     lost = next(s for s in result.steps if s.evidence_lost)
-    assert f"request {lost.request}: {lost.evidence_kept} of {lost.evidence_needed} kept; lost: " in page
-    assert f'<td class="lost">{" ".join(lost.evidence_lost)}</td>' in page
+    assert (
+        f"request {lost.request}: {lost.evidence_with_context} of {lost.evidence_needed} kept with their "
+        f"context, {lost.evidence_kept} anywhere; without context: elided: {lost.evidence_context_lost[0][0]}"
+    ) in page
+    elided = " ".join(t for t, why in lost.evidence_context_lost if why == "elided")
+    assert f'<td class="lost">elided: {elided}</td>' in page
     assert page.count('<g class="evidence"') == sum(1 for s in result.steps if s.evidence_needed)
 
 
