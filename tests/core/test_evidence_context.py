@@ -270,15 +270,15 @@ def chain_config(filters: str) -> Any:
 def test_the_measure_agrees_with_the_reference_on_every_corpus_tool_loop_under_the_default_chain() -> None:
     reference = load_reference()
     files = corpus_tool_loops(reference)
-    assert len(files) >= 60
+    assert len(files) >= 20  # every committed tool loop (the converted public runs are not committed)
     checked, reasons = agree(reference, files, "default")
-    assert checked > 1000 and "notice" in reasons
+    assert checked > 400 and "notice" in reasons
 
 
 @needs_reference
 def test_the_measure_agrees_with_the_reference_where_a_chain_elides_and_drops() -> None:
     reference = load_reference()
-    files = corpus_tool_loops(reference)[::6]
+    files = corpus_tool_loops(reference)[::3]
     elided = "[{type: last_n_observations, n: 2, notice: lines}]"
     dropped = "[{type: sliding_window, window_size: 3}]"
     checked, reasons = agree(reference, files, elided)
