@@ -40,29 +40,46 @@ def _priority(token: str) -> int:
     return 0 if any(c.isdigit() or c in "/." for c in token) else 1
 
 
+def _around(line: str, token: str) -> str:
+    """The characters of ``line`` around the first occurrence of ``token``, a quarter of LONG_LINE each side."""
+    found = line.index(token)
+    start, end = max(0, found - LONG_LINE // 4), found + len(token) + LONG_LINE // 4
+    return ("… " if start else "") + line[start:end] + (" …" if end < len(line) else "")
+
+
 def _excerpt(line: str, token: str) -> str:
     """The words of ``line`` around the first occurrence of ``token``, verbatim but for runs of blanks."""
     words = _BLANKS.split(line.strip())
-    at = next((k for k, word in enumerate(words) if token in word), 0)
+    at = next((k for k, word in enumerate(words) if token in word), None)
+    if at is None:  # the token spans a blank of another kind: the characters around it instead
+        return _around(line, token)
     start, end = max(0, at - EXCERPT_WORDS), at + EXCERPT_WORDS + 1
-    return ("… " if start else "") + " ".join(words[start:end]) + (" …" if end < len(words) else "")
+    excerpt = " ".join(words[start:end])
+    if len(excerpt) > LONG_LINE:  # long words (minified JSON): the characters around the token
+        return _around(line, token)
+    return ("… " if start else "") + excerpt + (" …" if end < len(words) else "")
 
 
-def _quotes_for(lines: list[str], token: str) -> list[tuple[int, str]] | None:
-    """The quotes that keep ``token`` in place: ``(line number, text)``, or None when no line holds it."""
+Place = tuple[int, int]
+"""Where a quote stood: its line number, and for an excerpt of a long line where in the line it starts."""
+
+
+def _quotes_for(lines: list[str], token: str) -> list[tuple[Place, str]] | None:
+    """The quotes that keep ``token`` in place, each with its place, or None when no line holds it."""
     for number, line in enumerate(lines):
-        if token not in line:
+        at = line.find(token)
+        if at < 0:
             continue
         if len(line) > LONG_LINE:
-            return [(number, _excerpt(line, token))]
+            return [((number, at + 1), _excerpt(line, token))]
         if line.strip() == token:  # alone on its line: where it stood in the listing
-            return [(k, lines[k]) for k in range(max(0, number - 1), min(len(lines), number + 2))]
-        return [(number, line)]
+            return [((k, 0), lines[k]) for k in range(max(0, number - 1), min(len(lines), number + 2))]
+        return [((number, 0), line)]
     return None
 
 
-def _pick(tokens: Sequence[str], lines: list[str], budget: int | None, picked: dict[int, str]) -> list[str]:
-    """Quote the lines keeping each of ``tokens`` into ``picked`` (line number -> quote) while their
+def _pick(tokens: Sequence[str], lines: list[str], budget: int | None, picked: dict[Place, str]) -> list[str]:
+    """Quote the lines keeping each of ``tokens`` into ``picked`` (place -> quote) while their
     characters stay within ``budget`` (None: no limit); the tokens left unquoted."""
     used = sum(len(q) + 1 for q in picked.values())
     left: list[str] = []
@@ -88,7 +105,7 @@ def line_digest(
     if not facts:
         return [], []
     lines = text.splitlines()
-    picked: dict[int, str] = {}
+    picked: dict[Place, str] = {}
     order = sorted(facts, key=_priority)  # stable: first-appearance order within each class
     left = _pick(order, lines, int(len(text) * share), picked)
     # then the facts a later step asked for: asking for one already quoted changes nothing
@@ -96,11 +113,11 @@ def line_digest(
     left = [t for t in left if t not in must or t in unasked]
     out: list[str] = []
     previous = None
-    for k in sorted(picked):
-        if previous is not None and k != previous + 1:
+    for place in sorted(picked):
+        if previous is not None and place[0] > previous + 1:
             out.append(GAP)
-        out.append(picked[k])
-        previous = k
+        out.append(picked[place])
+        previous = place[0]
     return out, left
 
 

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, field_serializer, model_validator
 
+from history_proxy.core.cost import ANTHROPIC
 from history_proxy.core.evidence import message_text
 from history_proxy.core.messages import OBSERVATION, Message, image_count, tags_of
 from history_proxy.filters._cost_trigger import NOTICE_TOKENS, Item, cost_boundary, window_room
@@ -166,6 +167,8 @@ class _Plan:
     quoted: dict[int, frozenset[str]] = field(default_factory=dict)
     """Facts of each output a later step quotes (``recall``): their lines go in the notice."""
     handles: dict[int, str] = field(default_factory=dict)
+    sent: list[Message] = field(default_factory=list)
+    """The request's messages as the client sent them (before ``reencode``): digests quote their lines."""
     notices: dict[int, Message] = field(default_factory=dict)
     """Each elidable output's elided copy, made once per request (the trigger prices it, apply sends it)."""
 
@@ -239,10 +242,11 @@ class LastNObservations(Filter):
         result = list(messages)
         rewrites: list[tuple[Message, Message]] = []
         if self.reencode:
-            _reencode(result, positions, rewrites)
+            _reencode(result, positions, rewrites, ctx)
         if self.recall:
             restored = _sent_back(result, positions, ctx, rewrites)
         plan = self._plan(result, positions)
+        plan.sent = messages
         if self.recall:
             plan.restored |= restored
         spared: set[int] = set()
@@ -324,7 +328,7 @@ class LastNObservations(Filter):
         elif self.notice == "digest" or quoted:
             digests: DigestMemo = self.private("_digests")
             share = self.digest_share if self.notice == "digest" else 0.0
-            quotes, left = digests.digest(original, facts[i], share, quoted)
+            quotes, left = digests.digest(_text(plan.sent[i]) or original, facts[i], share, quoted)
             notice = digest_notice(notice, quotes, left if self.notice != "lines" else [])
         if self.recall and i in plan.handles:
             notice = with_handle(notice, plan.handles[i])
@@ -393,17 +397,28 @@ def _remembered_handle(handles: dict[str, str], text: str, limit: int = 4096) ->
     return handle
 
 
-def _reencode(messages: list[Message], positions: list[int], rewrites: list[tuple[Message, Message]]) -> None:
-    """Re-encode each observation's string content in place in ``messages`` (a copy of the request's list)."""
-    for i in positions:
-        text = _text(messages[i])
-        if text is None:
-            continue
-        new = reencoded(text)
-        if new is not text:
-            copy = {**messages[i], "content": new}
-            rewrites.append((messages[i], copy))
-            messages[i] = copy
+def _reencode(
+    messages: list[Message], positions: list[int], rewrites: list[tuple[Message, Message]], ctx: FilterContext
+) -> None:
+    """Re-encode observations' string content in place in ``messages`` (a copy of the request's list).
+
+    Only where it cannot cost more than it saves under the upstream's pricing: an output is re-encoded
+    when the messages before it, as sent, already reach the provider's ``min_tokens`` (a request pushed
+    under it would lose its cache) and the re-encoding saves at least one cache ``block`` of tokens
+    (about 4 characters a token; a smaller saving can lose a partly read block)."""
+    prices = ctx.pricing or ANTHROPIC
+    counter = ctx.tokens.get(model=ctx.model)
+    wanted = set(positions)
+    before = 0
+    for i, message in enumerate(messages):
+        text = _text(message) if i in wanted else None
+        if text is not None and before >= prices.min_tokens:
+            new = reencoded(text)
+            if new is not text and len(text) - len(new) >= 4 * prices.block:
+                message = {**message, "content": new}
+                rewrites.append((messages[i], message))
+                messages[i] = message
+        before += counter.message(message)
 
 
 def _sent_back(

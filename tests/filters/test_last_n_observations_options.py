@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from history_proxy.core.cost import Pricing
 from history_proxy.core.evidence_context import measure_context
 from history_proxy.core.invariants import invariant_errors
 from history_proxy.core.messages import Message
@@ -21,6 +22,8 @@ from history_proxy.pipeline.recall import MemoryRecallStore
 from tests.factories import assistant, exchange, system, user
 from tests.strategies import conversations
 
+NO_MINIMUM = Pricing(name="test", min_tokens=0, block=1)
+"""A provider caching any prefix, so re-encoding applies to the short requests here."""
 LISTING = "\n".join(f"{k:5d}\tfiller line number {k} of the module" for k in range(1, 60))
 CONFIG_PY = LISTING + "\n   60\tLISTEN_PORT = 8443  # served_from /srv/app/config.py\n"
 
@@ -80,18 +83,23 @@ def test_reencode_minifies_json_byte_for_byte_and_keeps_indentation_of_code() ->
     assert reencoded(code) == "def f():\n    return 1\n\nprint(f())\n"
     plain = "already\nclean\n"
     assert reencoded(plain) is plain
-    out = chain(reencode=True).apply(reads(pretty, "ok"), FilterContext())
-    assert out[-1]["content"] == "ok" and out[3]["content"].startswith("Old environment output")
-    newest = chain(n=5, reencode=True).apply(reads(pretty), FilterContext())
+    newest = chain(n=5, reencode=True).apply(reads(pretty), FilterContext(pricing=NO_MINIMUM))
     assert newest[3]["content"] == '{"price":1.50,"note":"two  spaces kept","list":[1,2]}'
+
+
+def test_reencode_leaves_a_request_under_the_providers_cache_minimum_as_it_is() -> None:
+    pretty = json.dumps({"a": list(range(5))}, indent=4)
+    assert chain(n=5, reencode=True).apply(reads(pretty), FilterContext())[3]["content"] == pretty
+    padded = [system("policy " * 2000), *reads(pretty)[1:]]  # past Anthropic's 1,024 tokens before it
+    assert chain(n=5, reencode=True).apply(padded, FilterContext())[3]["content"] == '{"a":[0,1,2,3,4]}'
 
 
 def test_reencode_gives_the_same_text_on_every_request() -> None:
     pretty = json.dumps({"a": list(range(5))}, indent=4)
     f = chain(n=3, reencode=True)
     history = reads(pretty, "x", "y")
-    first = f.apply(history[:6], FilterContext())
-    later = f.apply(history, FilterContext())
+    first = f.apply(history[:6], FilterContext(pricing=NO_MINIMUM))
+    later = f.apply(history, FilterContext(pricing=NO_MINIMUM))
     assert first[3] == later[3] and first[3]["content"] == '{"a":[0,1,2,3,4]}'
 
 
@@ -112,7 +120,10 @@ def test_recall_keeps_what_it_elides_for_the_tenant_only() -> None:
     assert store.get("b", handle) is None
     notice = chain(recall=True).apply(reads(CONFIG_PY, "ok", "ok"), FilterContext())[3]["content"]
     sent_back = [*reads(notice, "ok", "ok"), assistant(f"#{handle}")]
-    assert chain(recall=True).apply(sent_back, FilterContext(tenant="a", recall=store))[3]["content"] == CONFIG_PY
+    assert (
+        chain(recall=True).apply(sent_back, FilterContext(tenant="a", recall=store))[3]["content"]
+        == CONFIG_PY
+    )
     other = chain(recall=True).apply(sent_back, FilterContext(tenant="b", recall=store))[3]["content"]
     assert other.startswith(notice) and f"#{handle} is no longer held" in other
 
