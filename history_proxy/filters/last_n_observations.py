@@ -355,13 +355,20 @@ class LastNObservations(Filter):
         def eager(_end: int, available: int) -> int:
             return available - n  # every observation but the first and the newest n
 
-        keep = (
+        quoted = (
             quoted_by_recent_steps(
                 messages, positions[1:], self.private("_facts"), self.keep_quoted, plan.facts
             )
             if self.keep_quoted
             else None
         )
+        whole = {k for k, i in enumerate(positions[1:]) if i in plan.records or i in plan.restored}
+        keep = quoted
+        if whole:  # records and restored outputs stay whole: passing them changes nothing
+
+            def keep(k: int, end: int) -> bool:
+                return k in whole or (quoted is not None and quoted(k, end))
+
         kept: set[int] = set()
         boundary = cost_boundary(messages, counts, items, eager, ctx.pricing, window_room(ctx), keep, kept)
         spared.update(k + 1 for k in kept)  # item k is observation k + 1 (the first is never elided)
