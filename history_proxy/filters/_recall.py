@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from history_proxy.core.evidence import message_text
 from history_proxy.core.messages import Message
 from history_proxy.filters._facts import FactsMemo
+from history_proxy.filters.base import FilterContext
 
 HANDLE_DIGITS = 10
 """Hex digits in a handle (40 bits: a clash inside one tenant's store is negligible)."""
@@ -97,3 +98,26 @@ def sent_back_handle(message: Message) -> str | None:
         return None
     match = NOTICE_HANDLE.match(content)
     return match.group(1) if match else None
+
+
+def restore_sent_back(
+    messages: list[Message], positions: list[int], ctx: FilterContext, rewrites: list[tuple[Message, Message]]
+) -> set[int]:
+    """Bring back, from the recall store, each output a client sent as a notice whose handle a later
+    assistant message mentions; a handle the store no longer holds is said so. The indices restored."""
+    sent = {h: i for i in positions if (h := sent_back_handle(messages[i])) is not None}
+    if not sent:
+        return set()
+    mentioned = references(messages, sent, {}, FactsMemo(max_entries=1)).handles
+    restored: set[int] = set()
+    for handle, i in sent.items():
+        if i not in mentioned:
+            continue
+        original = ctx.recall.get(ctx.tenant, handle) if ctx.recall is not None else None
+        notice = str(messages[i].get("content") or "")
+        copy = {**messages[i], "content": original if original is not None else expired(notice, handle)}
+        rewrites.append((messages[i], copy))
+        messages[i] = copy
+        if original is not None:
+            restored.add(i)
+    return restored

@@ -18,6 +18,10 @@ from __future__ import annotations
 import json
 import re
 
+from history_proxy.core.cost import ANTHROPIC
+from history_proxy.core.messages import Message
+from history_proxy.filters.base import FilterContext
+
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _WS = re.compile(r"\s+")
 _TRAILING = re.compile(r"[ \t]+(?=\n|$)")
@@ -65,3 +69,27 @@ def reencoded(text: str) -> str:
 def is_record(text: str, limit: int) -> bool:
     """Whether ``text`` is a JSON object or array of at most ``limit`` bytes."""
     return len(text) <= limit and len(text.encode()) <= limit and _looks_json(text) and _parses(text)
+
+
+def reencode_outputs(
+    messages: list[Message], positions: list[int], rewrites: list[tuple[Message, Message]], ctx: FilterContext
+) -> None:
+    """Re-encode observations' string content in place in ``messages`` (a copy of the request's list).
+
+    Only where it cannot cost more than it saves under the upstream's pricing: an output is re-encoded
+    when the messages before it, as sent, already reach the provider's ``min_tokens`` (a request pushed
+    under it would lose its cache) and the re-encoding saves at least one cache ``block`` of tokens
+    (about 4 characters a token; a smaller saving can lose a partly read block)."""
+    prices = ctx.pricing or ANTHROPIC
+    counter = ctx.tokens.get(model=ctx.model)
+    wanted = set(positions)
+    before = 0
+    for i, message in enumerate(messages):
+        text = message.get("content")
+        if i in wanted and isinstance(text, str) and before >= prices.min_tokens:
+            new = reencoded(text)
+            if new is not text and len(text) - len(new) >= 4 * prices.block:
+                message = {**message, "content": new}
+                rewrites.append((messages[i], message))
+                messages[i] = message
+        before += counter.message(message)

@@ -18,14 +18,13 @@ from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, field_serializer, model_validator
 
-from history_proxy.core.cost import ANTHROPIC
 from history_proxy.core.evidence import message_text
 from history_proxy.core.messages import OBSERVATION, Message, image_count, tags_of
 from history_proxy.filters._cost_trigger import NOTICE_TOKENS, Item, cost_boundary, window_room
 from history_proxy.filters._facts import FactsMemo, new_facts, quoted_by_recent_steps, with_facts
 from history_proxy.filters._line_digest import DigestMemo, digest_notice
-from history_proxy.filters._recall import expired, handle_of, references, sent_back_handle, with_handle
-from history_proxy.filters._reencode import is_record, reencoded
+from history_proxy.filters._recall import handle_of, references, restore_sent_back, with_handle
+from history_proxy.filters._reencode import is_record, reencode_outputs
 from history_proxy.filters.base import Filter, FilterContext
 
 TagSet = frozenset[str]
@@ -242,9 +241,9 @@ class LastNObservations(Filter):
         result = list(messages)
         rewrites: list[tuple[Message, Message]] = []
         if self.reencode:
-            _reencode(result, positions, rewrites, ctx)
+            reencode_outputs(result, positions, rewrites, ctx)
         if self.recall:
-            restored = _sent_back(result, positions, ctx, rewrites)
+            restored = restore_sent_back(result, positions, ctx, rewrites)
         plan = self._plan(result, positions)
         plan.sent = messages
         if self.recall:
@@ -402,53 +401,6 @@ def _remembered_handle(handles: dict[str, str], text: str, limit: int = 4096) ->
             del handles[next(iter(handles))]
         handles[text] = handle
     return handle
-
-
-def _reencode(
-    messages: list[Message], positions: list[int], rewrites: list[tuple[Message, Message]], ctx: FilterContext
-) -> None:
-    """Re-encode observations' string content in place in ``messages`` (a copy of the request's list).
-
-    Only where it cannot cost more than it saves under the upstream's pricing: an output is re-encoded
-    when the messages before it, as sent, already reach the provider's ``min_tokens`` (a request pushed
-    under it would lose its cache) and the re-encoding saves at least one cache ``block`` of tokens
-    (about 4 characters a token; a smaller saving can lose a partly read block)."""
-    prices = ctx.pricing or ANTHROPIC
-    counter = ctx.tokens.get(model=ctx.model)
-    wanted = set(positions)
-    before = 0
-    for i, message in enumerate(messages):
-        text = _text(message) if i in wanted else None
-        if text is not None and before >= prices.min_tokens:
-            new = reencoded(text)
-            if new is not text and len(text) - len(new) >= 4 * prices.block:
-                message = {**message, "content": new}
-                rewrites.append((messages[i], message))
-                messages[i] = message
-        before += counter.message(message)
-
-
-def _sent_back(
-    messages: list[Message], positions: list[int], ctx: FilterContext, rewrites: list[tuple[Message, Message]]
-) -> set[int]:
-    """Bring back, from the recall store, each output a client sent as a notice whose handle a later
-    assistant message mentions; a handle the store no longer holds is said so. The indices restored."""
-    sent = {h: i for i in positions if (h := sent_back_handle(messages[i])) is not None}
-    if not sent:
-        return set()
-    mentioned = references(messages, sent, {}, FactsMemo(max_entries=1)).handles
-    restored: set[int] = set()
-    for handle, i in sent.items():
-        if i not in mentioned:
-            continue
-        original = ctx.recall.get(ctx.tenant, handle) if ctx.recall is not None else None
-        notice = _text(messages[i]) or ""
-        copy = {**messages[i], "content": original if original is not None else expired(notice, handle)}
-        rewrites.append((messages[i], copy))
-        messages[i] = copy
-        if original is not None:
-            restored.add(i)
-    return restored
 
 
 def _with_facts(message: Message, copy: Message, facts: list[str]) -> Message:
