@@ -23,7 +23,7 @@ from history_proxy.core.messages import OBSERVATION, Message, image_count, tags_
 from history_proxy.filters._cost_trigger import NOTICE_TOKENS, Item, cost_boundary, window_room
 from history_proxy.filters._facts import FactsMemo, new_facts, quoted_by_recent_steps, with_facts
 from history_proxy.filters._line_digest import DigestMemo, digest_notice
-from history_proxy.filters._recall import handle_of, references, restore_sent_back, with_handle
+from history_proxy.filters._recall import HandleMemo, references, restore_sent_back, with_handle
 from history_proxy.filters._reencode import is_record, reencode_outputs
 from history_proxy.filters.base import Filter, FilterContext
 
@@ -221,7 +221,7 @@ class LastNObservations(Filter):
     _notices: NoticeMemo = PrivateAttr(default_factory=NoticeMemo)
     _facts: FactsMemo = PrivateAttr(default_factory=FactsMemo)
     _digests: DigestMemo = PrivateAttr(default_factory=DigestMemo)
-    _handles: dict[str, str] = PrivateAttr(default_factory=dict)
+    _handles: HandleMemo = PrivateAttr(default_factory=HandleMemo)
     # old observations stay the same strings from request to request: their notices are remembered
 
     @model_validator(mode="after")
@@ -286,11 +286,11 @@ class LastNObservations(Filter):
                 if _text(messages[i]) is not None and is_record(_text(messages[i]) or "", self.keep_records)
             }
         if self.recall and plan.facts is not None:
-            handles: dict[str, str] = self.private("_handles")
+            handles: HandleMemo = self.private("_handles")
             for i in positions[1:]:
                 text = _text(messages[i])
                 if text is not None:
-                    plan.handles[i] = _remembered_handle(handles, text)
+                    plan.handles[i] = handles.handle(text)
             by_handle = {h: i for i, h in plan.handles.items()}
             refs = references(messages, by_handle, plan.facts, memo)
             plan.restored = refs.handles
@@ -391,16 +391,6 @@ class LastNObservations(Filter):
 def _text(message: Message) -> str | None:
     content = message.get("content")
     return content if isinstance(content, str) else None
-
-
-def _remembered_handle(handles: dict[str, str], text: str, limit: int = 4096) -> str:
-    handle = handles.get(text)
-    if handle is None:
-        handle = handle_of(text)
-        if len(handles) >= limit:
-            del handles[next(iter(handles))]
-        handles[text] = handle
-    return handle
 
 
 def _with_facts(message: Message, copy: Message, facts: list[str]) -> Message:

@@ -23,7 +23,7 @@ from history_proxy.devtools.replay import request_ends
 from history_proxy.filters._cost_trigger import request_points
 from history_proxy.filters._facts import FactsMemo
 from history_proxy.filters._line_digest import line_digest
-from history_proxy.filters._recall import handle_of
+from history_proxy.filters._recall import HandleMemo, handle_of
 from history_proxy.filters._reencode import is_record, minified_json, reencoded
 from history_proxy.filters.base import FilterContext
 from history_proxy.filters.last_n_observations import (
@@ -791,3 +791,10 @@ def test_reencoding_only_ever_removes_whitespace(text: str) -> None:
     out = reencoded(text)
     assert "".join(out.split()) == "".join(text.split())
     assert reencoded(out) == out
+
+
+def test_the_handle_memo_is_bounded_in_characters() -> None:
+    memo = HandleMemo(max_entries=100, max_chars=100)
+    texts = [f"output {k:02d} " * 3 for k in range(10)]  # 30 characters each
+    assert [memo.handle(t) for t in texts] == [handle_of(t) for t in texts]
+    assert memo._chars <= 100 and len(memo._held) == 3
