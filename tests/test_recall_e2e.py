@@ -15,10 +15,12 @@ The upstream is the built-in mock behind a recorder, so each test reads what it 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
 import anthropic
+import httpx
 import openai
 import pytest
 import yaml
@@ -187,3 +189,12 @@ def test_a_notice_sent_back_is_restored_from_the_store_for_its_own_tenant_only(
     other = received_outputs(upstream, surface)[0]
     assert other.startswith(notice.splitlines()[0]) and f"#{HANDLE} is no longer held" in other
     assert "def alpha_0" not in other
+
+
+def test_the_store_reports_what_it_holds_and_its_bound(proxy: Server) -> None:
+    send(proxy, "chat", steps(A_PY, None))
+    text = httpx.get(f"{proxy.url}/metrics", timeout=10).text
+    held = re.search(r"^history_proxy_recall_store_bytes ([0-9.e+]+)$", text, re.MULTILINE)
+    bound = re.search(r"^history_proxy_recall_store_max_bytes ([0-9.e+]+)$", text, re.MULTILINE)
+    assert held and bound
+    assert len(A_PY) <= float(held.group(1)) <= float(bound.group(1)) == 64 * 1024 * 1024

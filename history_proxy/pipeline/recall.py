@@ -46,6 +46,11 @@ class MemoryRecallStore:
         """The UTF-8 bytes held, all tenants together."""
         return self._bytes
 
+    @property
+    def held_bytes(self) -> int:
+        """:attr:`bytes`, under the name the memory gauges read (``history_proxy_recall_store_bytes``)."""
+        return self._bytes
+
     def tenant_bytes(self, tenant: str | None) -> int:
         """The UTF-8 bytes held for ``tenant``."""
         return self._tenant_bytes.get(tenant, 0)

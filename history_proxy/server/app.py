@@ -83,6 +83,7 @@ class _Proxy(Forwarder):
             token_cache=lambda: self.tokens,
             surface_memo=lambda: self.states.latest.views,
             summary_cache=lambda: memory_of(self.summaries.backend),
+            recall_store=lambda: self.recall,
         )
         self.reloader = Reloader(config_path, self.states, self._next_state)
 
