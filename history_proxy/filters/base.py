@@ -21,6 +21,16 @@ class Summarizer(Protocol):
     ) -> str: ...
 
 
+class RecallStore(Protocol):
+    """Where elided outputs are kept for recall (``last_n_observations`` with ``recall: true``): keyed by
+    tenant and handle, bounded in bytes, entries expiring. Implemented in
+    :mod:`history_proxy.pipeline.recall`; a filter only puts and gets."""
+
+    def put(self, tenant: str | None, handle: str, text: str) -> None: ...
+
+    def get(self, tenant: str | None, handle: str) -> str | None: ...
+
+
 @dataclass(frozen=True)
 class FilterContext:
     """Everything a filter may know about the request besides its messages."""
@@ -41,6 +51,9 @@ class FilterContext:
     """The request's ``max_completion_tokens`` / ``max_tokens``: the answer's room in that window."""
     pricing: Pricing | None = None
     """The routed upstream's prompt-cache prices (cost-aware filters; none: Anthropic's, the stricter)."""
+    recall: RecallStore | None = None
+    """Where ``recall`` keeps the outputs it elides, for this request's tenant (none: only what the
+    request itself holds can be restored)."""
     notes: list[str] = field(default_factory=list)
     """Filters may append short outcome notes (e.g. ``summarize:fallback``); shown in headers and logs."""
 

@@ -13,13 +13,18 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, field_serializer, model_validator
 
+from history_proxy.core.evidence import message_text
 from history_proxy.core.messages import OBSERVATION, Message, image_count, tags_of
 from history_proxy.filters._cost_trigger import NOTICE_TOKENS, Item, cost_boundary, window_room
 from history_proxy.filters._facts import FactsMemo, new_facts, quoted_by_recent_steps, with_facts
+from history_proxy.filters._line_digest import DigestMemo, digest_notice
+from history_proxy.filters._recall import HandleMemo, references, restore_sent_back, with_handle
+from history_proxy.filters._reencode import is_record, reencode_outputs
 from history_proxy.filters.base import Filter, FilterContext
 
 TagSet = frozenset[str]
@@ -149,6 +154,24 @@ class NoticeMemo:
     __hash__ = None  # type: ignore[assignment]
 
 
+@dataclass
+class _Plan:
+    """What one request's options decide before the boundary: per observation index."""
+
+    facts: dict[int, list[str]] | None = None
+    records: set[int] = field(default_factory=set)
+    """Small structured records, never elided (``keep_records``)."""
+    restored: set[int] = field(default_factory=set)
+    """Outputs kept whole because a later step mentions their handle, or brought back from the store."""
+    quoted: dict[int, frozenset[str]] = field(default_factory=dict)
+    """Facts of each output a later step quotes (``recall``): their lines go in the notice."""
+    handles: dict[int, str] = field(default_factory=dict)
+    sent: list[Message] = field(default_factory=list)
+    """The request's messages as the client sent them (before ``reencode``): digests quote their lines."""
+    notices: dict[int, Message] = field(default_factory=dict)
+    """Each elidable output's elided copy, made once per request (the trigger prices it, apply sends it)."""
+
+
 class LastNObservations(Filter):
     """Elide all but the newest ``n`` observations, or the tagged ones (SWE-agent's rule).
 
@@ -165,14 +188,27 @@ class LastNObservations(Filter):
     trigger: Literal["count", "cost"] = "count"
     """``cost``: move the boundary (to the newest ``n``) only when the tokens it elides repay the cache
     rewrite it causes, under the upstream's pricing (docs/cost.md); ``count``: every ``polling``."""
-    notice: Literal["lines", "facts"] = "lines"
+    notice: Literal["lines", "facts", "digest"] = "lines"
     """``facts``: the notice also lists the output's distinctive tokens (paths, dotted names, ids, numbers)
-    that no earlier message holds, so what the agent read stays in the request (docs/filters); an output
-    no longer than that notice is left as it is. ``lines``: SWE-agent's ``(L lines omitted)``."""
+    that no earlier message holds, so what the agent read stays in the request (docs/filters); ``digest``:
+    it quotes the output's lines holding them, verbatim, up to ``digest_share`` of the output, and lists
+    the rest; an output no longer than its notice is left as it is. ``lines``: SWE-agent's
+    ``(L lines omitted)``."""
+    digest_share: float = Field(default=0.15, gt=0.0, le=1.0)
+    """With ``notice: digest``: the most the quoted lines may hold, as a share of the output's characters."""
     keep_quoted: int = Field(default=0, ge=0)
     """With ``trigger: cost``: an old output one of whose facts (a distinctive token no earlier message
     holds) one of the agent's ``keep_quoted`` newest steps quotes when the boundary passes it stays whole
     for good. 0: off."""
+    keep_records: int = Field(default=0, ge=0)
+    """An output that is a JSON object or array of at most this many bytes is never elided (a small
+    record whose every field may matter, and whose notice would cost about as much). 0: off."""
+    reencode: bool = False
+    """Re-encode every output losslessly the first time it is sent (JSON without blanks between tokens,
+    trailing blanks and runs of blank lines removed): the same text on every later request."""
+    recall: bool = False
+    """Each notice carries a handle; a later assistant message mentioning it brings the output back
+    whole, one quoting a fact of it brings back the lines holding that fact (docs/filters)."""
     always_keep_output_for_tags: TagSet = Field(default=frozenset({"keep_output"}))
     """An observation tagged with one of these keeps its content even when old."""
     always_remove_output_for_tags: TagSet = Field(default=frozenset({"remove_output"}))
@@ -184,6 +220,8 @@ class LastNObservations(Filter):
 
     _notices: NoticeMemo = PrivateAttr(default_factory=NoticeMemo)
     _facts: FactsMemo = PrivateAttr(default_factory=FactsMemo)
+    _digests: DigestMemo = PrivateAttr(default_factory=DigestMemo)
+    _handles: HandleMemo = PrivateAttr(default_factory=HandleMemo)
     # old observations stay the same strings from request to request: their notices are remembered
 
     @model_validator(mode="after")
@@ -200,17 +238,24 @@ class LastNObservations(Filter):
 
     def apply(self, messages: list[Message], ctx: FilterContext) -> list[Message]:
         positions = observation_positions(messages)
-        facts = new_facts(messages, positions, self.private("_facts")) if self.notice == "facts" else None
+        result = list(messages)
+        rewrites: list[tuple[Message, Message]] = []
+        if self.reencode:
+            reencode_outputs(result, positions, rewrites, ctx)
+        if self.recall:
+            restored = restore_sent_back(result, positions, ctx, rewrites)
+        plan = self._plan(result, positions)
+        plan.sent = messages
+        if self.recall:
+            plan.restored |= restored
         spared: set[int] = set()
         if self.trigger == "cost":
-            by_count = range(1, 1 + self._cost_boundary(messages, positions, ctx, facts, spared))
+            by_count = range(1, 1 + self._cost_boundary(result, positions, ctx, plan, spared))
         else:
             by_count = elided_by_count(len(positions), self.n, self.polling)
-        result = list(messages)
-        notices: NoticeMemo = self.private("_notices")
-        rewrites: list[tuple[Message, Message]] = []
+        current = list(result)
         for k, i in enumerate(positions):
-            message = messages[i]
+            message = current[i]
             if message.get("tags") is None:  # untagged, the usual case: the count alone decides
                 if k not in by_count or k in spared:
                     continue
@@ -220,45 +265,132 @@ class LastNObservations(Filter):
                     k not in by_count or tags & self.always_keep_output_for_tags
                 ):
                     continue
-            copy = elided(message, notices)
-            if facts is not None:
-                copy = _with_facts(message, copy, facts[i])
-                if copy is message:
-                    continue
-            result[i] = copy
-            rewrites.append((message, copy))
+            copy = self._elided(current, i, plan, ctx)
+            if copy is not message:
+                result[i] = copy
+                rewrites.append((message, copy))
         # the request's counter learns each copy's tokens from its original's: no walk over the copies
         ctx.tokens.get(model=ctx.model).count_rewritten(rewrites, "content")
         return result
+
+    def _plan(self, messages: list[Message], positions: list[int]) -> _Plan:
+        """The facts, records and references of this request's observations."""
+        plan = _Plan()
+        memo: FactsMemo = self.private("_facts")
+        if self.notice != "lines" or self.recall:
+            plan.facts = new_facts(messages, positions, memo)
+        if self.keep_records:
+            plan.records = {
+                i
+                for i in positions[1:]
+                if _text(messages[i]) is not None and is_record(_text(messages[i]) or "", self.keep_records)
+            }
+        if self.recall and plan.facts is not None:
+            handles: HandleMemo = self.private("_handles")
+            for i in positions[1:]:
+                text = _text(messages[i])
+                if text is not None:
+                    plan.handles[i] = handles.handle(text)
+            by_handle = {h: i for i, h in plan.handles.items()}
+            refs = references(messages, by_handle, plan.facts, memo)
+            plan.restored = refs.handles
+            plan.quoted = {i: frozenset(tokens) for i, tokens in refs.tokens.items()}
+        return plan
+
+    def _elided(self, messages: list[Message], i: int, plan: _Plan, ctx: FilterContext) -> Message:
+        """The message at ``i`` as this request sends it once the boundary passed it: its notice, or
+        itself (a record, a restored output, an output no longer than its notice)."""
+        message = messages[i]
+        if i in plan.records or i in plan.restored:
+            return message
+        copy = plan.notices.get(i)
+        if copy is None:
+            copy = self._notice_copy(message, i, plan)
+            plan.notices[i] = copy
+        if copy is not message and ctx.recall is not None and i in plan.handles:
+            ctx.recall.put(ctx.tenant, plan.handles[i], _text(message) or "")
+        return copy
+
+    def _notice_copy(self, message: Message, i: int, plan: _Plan) -> Message:
+        """``message`` elided, with what the options keep in its notice; ``message`` itself when that
+        notice would not be shorter than its text."""
+        copy = elided(message, self.private("_notices"))
+        facts, original = plan.facts, _text(message)
+        if facts is None:
+            return copy
+        if original is None:  # list content: the fact list, as before
+            return _with_facts(message, copy, facts[i]) if self.notice != "lines" else copy
+        quoted = plan.quoted.get(i, frozenset())
+        notice = elision_notice(original)
+        if self.notice == "facts" and not quoted:
+            notice = with_facts(notice, facts[i])
+        elif self.notice == "digest" or quoted:
+            digests: DigestMemo = self.private("_digests")
+            share = self.digest_share if self.notice == "digest" else 0.0
+            quotes, left = digests.digest(_text(plan.sent[i]) or original, facts[i], share, quoted)
+            notice = digest_notice(notice, quotes, left if self.notice != "lines" else [])
+        if self.recall and i in plan.handles:
+            notice = with_handle(notice, plan.handles[i])
+        if len(notice) >= len(original):
+            return message
+        return {**message, "content": notice}
 
     def _cost_boundary(
         self,
         messages: list[Message],
         positions: list[int],
         ctx: FilterContext,
-        facts: dict[int, list[str]] | None,
+        plan: _Plan,
         spared: set[int],
     ) -> int:
         """How many observations after the first are elided, decided by price (``_cost_trigger``);
-        a notice with facts saves the output's tokens less the facts' (approximately: 1 + chars / 4)."""
+        an elided output saves its tokens less its notice's (approximately: 1 + chars / 4); a record or
+        a restored output saves nothing."""
         counter = ctx.tokens.get(model=ctx.model)
         counts = [counter.message(m) for m in messages]
-        listed = {i: sum(1 + len(t) // 4 for t in facts[i]) for i in positions[1:]} if facts else {}
-        items = [Item(i, max(0, counts[i] - NOTICE_TOKENS - listed.get(i, 0))) for i in positions[1:]]
+        items = [Item(i, self._saving(messages, i, counts[i], plan)) for i in positions[1:]]
         n = self.n
 
         def eager(_end: int, available: int) -> int:
             return available - n  # every observation but the first and the newest n
 
-        keep = (
-            quoted_by_recent_steps(messages, positions[1:], self.private("_facts"), self.keep_quoted, facts)
+        quoted = (
+            quoted_by_recent_steps(
+                messages, positions[1:], self.private("_facts"), self.keep_quoted, plan.facts
+            )
             if self.keep_quoted
             else None
         )
+        whole = {k for k, i in enumerate(positions[1:]) if i in plan.records or i in plan.restored}
+        keep = quoted
+        if whole:  # records and restored outputs stay whole: passing them changes nothing
+
+            def keep(k: int, end: int) -> bool:
+                return k in whole or (quoted is not None and quoted(k, end))
+
         kept: set[int] = set()
         boundary = cost_boundary(messages, counts, items, eager, ctx.pricing, window_room(ctx), keep, kept)
         spared.update(k + 1 for k in kept)  # item k is observation k + 1 (the first is never elided)
         return boundary
+
+    def _saving(self, messages: list[Message], i: int, tokens: int, plan: _Plan) -> int:
+        if i in plan.records or i in plan.restored:
+            return 0
+        if plan.facts is None:
+            return max(0, tokens - NOTICE_TOKENS)
+        copy = plan.notices.get(i)
+        if copy is None:
+            copy = plan.notices[i] = self._notice_copy(messages[i], i, plan)
+        if copy is messages[i]:
+            return 0
+        content = copy.get("content")
+        notice = content if isinstance(content, str) else message_text(copy)
+        return max(0, tokens - NOTICE_TOKENS - len(notice) // 4)
+
+
+def _text(message: Message) -> str | None:
+    content = message.get("content")
+    return content if isinstance(content, str) else None
 
 
 def _with_facts(message: Message, copy: Message, facts: list[str]) -> Message:

@@ -32,7 +32,8 @@ from history_proxy.core.tokens import TokenCounters
 from history_proxy.core.validation import check_messages, message_list, request_messages
 from history_proxy.core.windows import output_reserve, window_of
 from history_proxy.errors import FilterError, InvalidRequestError, PayloadTooLargeError
-from history_proxy.filters.base import Filter, FilterContext, Summarizer
+from history_proxy.filters.base import Filter, FilterContext, RecallStore, Summarizer
+from history_proxy.pipeline.recall import MemoryRecallStore
 from history_proxy.pipeline.report import checked_side, report_head, side
 from history_proxy.pipeline.scope import caller_summarizer
 
@@ -99,10 +100,17 @@ MAX_RESOLVED_CALLERS = 1024
 class Pipeline:
     """Runs the configured chains. One instance per loaded config; safe to share between requests."""
 
-    def __init__(self, config: Config, tokens: TokenCounters, summarizer: Summarizer | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        tokens: TokenCounters,
+        summarizer: Summarizer | None = None,
+        recall: RecallStore | None = None,
+    ) -> None:
         self.config = config
         self.tokens = tokens
         self.summarizer = summarizer
+        self.recall: RecallStore = recall if recall is not None else MemoryRecallStore()
         self.completion_tools = frozenset(config.identity.completion_tools)
         # filter class -> whether it is awaited through apply_async (asking a pydantic model for a
         # missing attribute costs microseconds, on every filter of every request)
@@ -143,6 +151,7 @@ class Pipeline:
             tokens=tokens if tokens is not None else self.tokens.for_request(),
             summarizer=caller_summarizer(self.summarizer, identity),
             upstream=upstream,
+            recall=self.recall,
             notes=list(identity.notes),
             pricing=self._pricing(upstream),
             window=window_of(model, self.config.context_windows),

@@ -38,6 +38,7 @@ from history_proxy.mock.server import MockUpstreamServer
 from history_proxy.observability.access import fresh_request_id
 from history_proxy.observability.memory import watch_memory
 from history_proxy.observability.metrics import Exchange, Metrics, request_id_for
+from history_proxy.pipeline.recall import MemoryRecallStore
 from history_proxy.pipeline.run import Pipeline
 from history_proxy.server.body import (
     capped_stream,
@@ -75,18 +76,20 @@ class _Proxy(Forwarder):
         backend = summary_backend(config.summary_cache, self.metrics)
         self.summaries = CachingSummarizer(upstreams, backend, recorder=self.metrics)
         self.tokens = TokenCounters(max_bytes=config.limits.token_cache_bytes)  # read once, at start
+        self.recall = MemoryRecallStore()  # kept across reloads, like the token counters
         self.states = StateSwitch(self._serving(config, upstreams))
         watch_memory(
             self.metrics.registry,
             token_cache=lambda: self.tokens,
             surface_memo=lambda: self.states.latest.views,
             summary_cache=lambda: memory_of(self.summaries.backend),
+            recall_store=lambda: self.recall,
         )
         self.reloader = Reloader(config_path, self.states, self._next_state)
 
     def _serving(self, config: Config, upstreams: Upstreams, generation: int = 0) -> ServingState:
         """What one config builds; token counters, HTTP client, mock and summary cache are shared."""
-        pipeline = Pipeline(config, self.tokens, summarizer=self.summaries)
+        pipeline = Pipeline(config, self.tokens, summarizer=self.summaries, recall=self.recall)
         HEAD_LIMITS.configure(config.limits)  # read by this process's connections per request head
         return ServingState(config, pipeline, upstreams, generation, ViewMemo.of(config.limits))
 
