@@ -21,18 +21,20 @@ from history_proxy.config.locate import CONFIG_ENV, STARTER_NAME
 from history_proxy.config.models import Config
 from history_proxy.core.identity import Identity, match_role
 from history_proxy.observability.logs import LOG_FORMATS
-from history_proxy.serve import CommandError, cmd_init, cmd_serve, load, uvicorn_options
+from history_proxy.serve import CommandError, cmd_init, cmd_serve, config_in_use, load, uvicorn_options
 
 if TYPE_CHECKING:
     from history_proxy.core.cost import Pricing
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
-CONFIG_DEFAULTS = f"${CONFIG_ENV}, else ./config/default.yaml, else the packaged default config"
+CONFIG_DEFAULTS = (
+    f"${CONFIG_ENV}, else ./{STARTER_NAME}, else ./config/default.yaml, else the packaged default config"
+)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    config, path = load(args.path)
-    print(summary(config) if args.path else f"{path}: {summary(config)}")
+    config, _ = load(args.path)
+    print(summary(config) if args.path else f"{config_in_use(None)}: {summary(config)}")
     return 0
 
 
@@ -85,6 +87,8 @@ def cmd_preview(args: argparse.Namespace) -> int:
     if args.file is None and sys.stdin.isatty():  # nothing piped in: say what to give, never wait
         raise CommandError(f"give a request body FILE, or pipe one in (FILE -)\n{args.usage.strip()}")
     config, _ = load(args.config)
+    if not args.config:  # stdout is the JSON; which file shaped it goes to stderr
+        print(f"history-proxy preview: {config_in_use(None)}", file=sys.stderr)
     body = _read_body(args.file or "-")
     pipeline = Pipeline(config, TokenCounters())
     try:
@@ -290,6 +294,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=_port, default=8080, help="port to bind (default: 8080)")
     serve.add_argument("--workers", type=_positive, default=1, help="worker processes (default: 1)")
     serve.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="(default: info)")
+    serve.add_argument(
+        "--mock",
+        action="store_true",
+        help="answer every request from the built-in mock upstream, offline (also: HISTORY_PROXY_MOCK=1); "
+        "each answer carries x-history-mock: 1",
+    )
     serve.add_argument(
         "--log-format",
         choices=LOG_FORMATS,

@@ -382,6 +382,7 @@ CROSS_CUTTING = {
     "surfaces_end_to_end": "every surface end to end with the official SDKs",
     "surfaces_properties": "properties over every filter on Responses and Messages",
     "telemetry": "spans end to end with the official SDKs",
+    "upstreams_e2e": "the default config's real upstreams and the chosen mock, with the SDKs",
     "views_on_real_traffic": "every default view over the corpus, and the docs table",
 }
 """The suites that stay at the top of tests/, each crossing packages on purpose (CONTRIBUTING, "Tests")."""

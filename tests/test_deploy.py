@@ -179,7 +179,7 @@ def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
         urls = []
         for n in range(3):
             server = stack.enter_context(
-                started("serve", log=folder / f"replica-{n}.log", ready_path="/healthz")
+                started("serve", "--mock", log=folder / f"replica-{n}.log", ready_path="/healthz")
             )
             urls.append(server.url)
         yield urls

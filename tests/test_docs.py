@@ -234,7 +234,7 @@ def test_json_blocks_parse(block: Block) -> None:
 def docs_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """`history-proxy serve` on the default config (the mock answers), as the docs start it."""
     log = tmp_path_factory.mktemp("docs-proxy") / "serve.log"
-    yield from start("serve", log=log, ready_path="/healthz")
+    yield from start("serve", "--mock", log=log, ready_path="/healthz")
 
 
 def workdir(tmp_path: Path) -> Path:

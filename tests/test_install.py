@@ -67,7 +67,7 @@ def served(installed: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     log = empty.parent / "serve.log"
     with log.open("wb") as sink:
         process = subprocess.Popen(
-            [str(installed / "history-proxy"), "serve", "--port", str(port)],
+            [str(installed / "history-proxy"), "serve", "--mock", "--port", str(port)],
             cwd=empty,
             env=offline_env(),
             stdout=sink,
@@ -95,7 +95,7 @@ def test_the_quick_start_answers_on_chat_completions(served: Server) -> None:
         )
     assert (
         reply.choices[0].message.content
-        == 'mock: received 1 messages (user=1), ~3 tokens; last user: "Hello"'
+        == 'mock: received 1 messages (user=1), ~8 tokens; last user: "Hello"'
     )
 
 

@@ -171,7 +171,7 @@ async def test_the_default_config_summarizes_for_the_planner_role_offline_throug
 ) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    config = load_config(DEFAULT_CONFIG_PATH, env={})
+    config = load_config(DEFAULT_CONFIG_PATH, env={"HISTORY_PROXY_MOCK": "1"})
     async with serve(config) as client:
         first = await post(client, request_for(9))
         preview = await client.post(
