@@ -148,6 +148,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from history_proxy.server.protocol import bounded_http
 
     os.environ[CONFIG_ENV] = str(config_file.resolve())
+    if args.workers == 1 and sys.stdin.isatty():  # closing the terminal (make run's too) stops it
+        from history_proxy.server.reload import HANGUP_ENV
+
+        os.environ[HANGUP_ENV] = "stop"
     if args.workers > 1:  # an admin reload in one worker restarts them all through this process
         from history_proxy.server.reload import SUPERVISOR_ENV
 

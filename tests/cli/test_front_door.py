@@ -244,3 +244,46 @@ def test_the_port_hint_under_make_names_port(tmp_path: Path) -> None:
             env=offline_env(MAKELEVEL="1"),
         )
     assert done.returncode == 1 and "pick another with make run PORT=9000" in done.stderr
+
+
+def test_closing_the_terminal_stops_serve_so_the_port_is_free_again(tmp_path: Path) -> None:
+    """L4: `make run` in a terminal that closes gets SIGHUP; from a terminal that stops the server
+    (without a terminal, SIGHUP still reloads the config: tests/server/test_reload.py)."""
+    if not hasattr(os, "openpty"):
+        pytest.skip("no pseudo-terminals on this platform")
+    import signal
+    import time
+
+    import httpx
+
+    port = free_port()
+    primary, secondary = os.openpty()
+    log = tmp_path / "serve.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "history_proxy", "serve", "--mock", "--port", str(port)],
+            stdin=secondary,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            env=offline_env(),
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        process.send_signal(signal.SIGHUP)
+        assert process.wait(timeout=30) in (0, -signal.SIGTERM), log.read_text()  # uvicorn re-raises it
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+        os.close(primary)
+        os.close(secondary)
+    assert "SIGHUP: the terminal closed; stopping" in log.read_text()
+    with socket.socket() as again:
+        again.bind(("127.0.0.1", port))
