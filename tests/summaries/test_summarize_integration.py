@@ -158,7 +158,9 @@ async def test_a_failing_summary_call_still_sends_the_request_with_the_old_turns
         with caplog.at_level(logging.WARNING, logger="history_proxy.summarize"):
             response = await post(client, request_for(6))
         metrics = (await client.get("/metrics")).text
-    assert response.headers["x-history-filters"] == "summarize,summarize:fallback"
+    # L3: the note is a note, not a filter name
+    assert response.headers["x-history-filters"] == "summarize"
+    assert "summarize:fallback" in response.headers["x-history-notes"].split(",")
     (sent,) = [json.loads(r.content)["messages"] for r in upstream.chat_requests]
     assert [m["content"] for m in sent if m["role"] == "user"] == ["question 4", "question 5", "question 6"]
     assert sent[0] == {"role": "system", "content": "You plan trips."}
