@@ -21,7 +21,7 @@ def report(chain: list[dict[str, Any]], messages: list[dict[str, Any]]) -> list[
 
 
 def test_each_filter_of_a_short_request_says_why_it_did_nothing() -> None:
-    chain = [
+    chain: list[dict[str, Any]] = [
         {"type": "remove_regex", "remove": ["sk-[a-z]{20,}"]},
         {"type": "worker_view"},
         {"type": "last_n_observations", "n": 2},
