@@ -1,4 +1,4 @@
-"""The ``history-proxy`` command: serve, check, preview, replay, schema, mock-upstream.
+"""The ``history-proxy`` command: serve, init, check, preview, replay, demo, schema, mock-upstream.
 
 Every failure is one clear line on stderr and exit status 1 (argparse's usage errors: 2); a config
 that does not validate prints every located error and nothing starts.
@@ -242,6 +242,33 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Send the packaged conversation through a running proxy as each role; print and draw the figures."""
+    from history_proxy.devtools.demo import DEMO_ROLES, ProxyUnreachable, render_demo, run_demo
+    from history_proxy.devtools.replay import ReplayError
+    from history_proxy.devtools.replay_html import render_html
+
+    roles = tuple(args.roles.split(",")) if args.roles else DEMO_ROLES
+    pricing = _pricing(args.pricing)
+    assert pricing is not None  # the option has a default
+    try:
+        runs = asyncio.run(run_demo(args.url, pricing, roles, os.environ.get("HISTORY_PROXY_DEMO_KEY")))
+    except (ProxyUnreachable, ReplayError) as exc:
+        raise CommandError(str(exc)) from None
+    print(render_demo(runs, args.url))
+    drawn = next((run for run in runs if run.role == args.html_role), runs[-1])
+    title = f"history-proxy demo: tau-bench airline task 9, role {drawn.role}"
+    try:
+        Path(args.html).write_text(render_html(drawn.result, title), encoding="utf-8")
+    except OSError as exc:
+        raise CommandError(f"{args.html}: cannot write: {exc.strerror or exc}") from None
+    print(
+        f"\nwrote {args.html}: the {drawn.role}'s requests one by one, cost and evidence "
+        "(open it in a browser; `history-proxy replay FILE --role R --html OUT` draws any conversation)"
+    )
+    return 0
+
+
 def cmd_schema(args: argparse.Namespace) -> int:
     print(json.dumps(json_schema(), indent=2))
     return 0
@@ -379,6 +406,35 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="print JSON (steps and totals) instead of a table"
     )
     replay_.set_defaults(handler=cmd_replay)
+
+    demo = commands.add_parser(
+        "demo",
+        help="send a recorded agent conversation through a running proxy as each role: what shaping does",
+        description=(
+            "Send tau-bench's airline task 9 (62 messages, 31 requests as the agent grew it) through the "
+            "running proxy's /v1/history/preview as each role, and print tokens, cost with prompt caching "
+            "and evidence kept with its context, unfiltered beside shaped; write the replay page. Nothing "
+            "goes to a model except a summarize filter's summaries. A proxy key, when the proxy needs one: "
+            "$HISTORY_PROXY_DEMO_KEY."
+        ),
+    )
+    demo.add_argument(
+        "--url", default="http://127.0.0.1:8080", help="the running proxy (default: http://127.0.0.1:8080)"
+    )
+    demo.add_argument("--roles", metavar="R,R", help="roles to send as (default: the default config's five)")
+    demo.add_argument(
+        "--pricing",
+        default="openai",
+        metavar="openai|anthropic|FILE",
+        help="prompt-cache prices to bill with (default: openai, the conversation's model's)",
+    )
+    demo.add_argument(
+        "--html", default="demo.html", metavar="OUT", help="the replay page (default: demo.html)"
+    )
+    demo.add_argument(
+        "--html-role", default="worker", metavar="R", help="the role it draws (default: worker)"
+    )
+    demo.set_defaults(handler=cmd_demo)
 
     schema = commands.add_parser("schema", help="print the config file's JSON Schema")
     schema.set_defaults(handler=cmd_schema)
