@@ -169,6 +169,19 @@ def _replay_paths(files: list[str], half: str | None) -> list[str]:
     return out
 
 
+def _say_skipped(files: list[str], kept: dict[str, Any], tool_loops: int) -> None:
+    """On stderr: the files ``--tool-loops N`` left out, and why (stdout stays the table or the JSON)."""
+    skipped = [file for file in files if file not in kept]
+    if not tool_loops or not skipped:
+        return
+    named = ", ".join(Path(file).name for file in skipped[:5]) + (", ..." if len(skipped) > 5 else "")
+    print(
+        f"replay: skipped {len(skipped)} of {len(files)} files, not tool loops of {tool_loops} messages or "
+        f"more with a tool call: {named}",
+        file=sys.stderr,
+    )
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     from history_proxy.core.tokens import TokenCounters
     from history_proxy.devtools.replay import ReplayError
@@ -187,6 +200,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     tokens = TokenCounters()
     try:
         bodies = chat_bodies({file: _read_body(file) for file in args.file}, args.api, args.tool_loops)
+        _say_skipped(args.file, bodies, args.tool_loops)
         results = replay_files(bodies, lambda: Pipeline(config, tokens), identity, _pricing(args.pricing))
     except ReplayError as exc:
         raise CommandError(str(exc)) from None
@@ -232,6 +246,7 @@ def _compare(args: argparse.Namespace) -> int:
 
     try:
         bodies = chat_bodies({file: _read_body(file) for file in args.file}, args.api, args.tool_loops)
+        _say_skipped(args.file, bodies, args.tool_loops)
         rows = compare(bodies, {path: chain(path) for path in args.compare}, _pricing(args.pricing))
     except ReplayError as exc:
         raise CommandError(str(exc)) from None

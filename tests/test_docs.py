@@ -249,6 +249,7 @@ def workdir(tmp_path: Path) -> Path:
     (tmp_path / "request.json").write_text(
         json.dumps({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Hello"}]})
     )
+    (tmp_path / ".venv").symlink_to(sys.prefix)  # the README's `. .venv/bin/activate`: this test's venv
     (tmp_path / "tests").symlink_to(ROOT / "tests")
     (tmp_path / "config").symlink_to(ROOT / "config")
     return tmp_path

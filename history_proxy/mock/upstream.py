@@ -59,6 +59,8 @@ from history_proxy.mock.strict import chat_refusal
 
 MOCK_MODELS = ("gpt-4o-mini", "gpt-4o", "gpt-4.1-mini", "claude-sonnet-4-5")
 MAX_SUMMARY_BULLETS = 5
+POST_ONLY = frozenset({"/chat/completions", "/responses", "/messages", "/messages/count_tokens"})
+"""The mock's routes (below ``/v1``) that answer POST only: another method gets a 405."""
 
 
 def summarize_messages(messages: list[Message]) -> str:
@@ -236,6 +238,15 @@ class MockUpstream(MockRoutes):
         return JSONResponse({"status": "ok"})
 
     async def not_found(self, request: Request) -> Response:
+        path = request.url.path.removeprefix("/v1")
+        if path in POST_ONLY:  # as the providers answer another method on these
+            answer = error_answer(
+                405,
+                f"mock: {request.method} {request.url.path} is not served: use POST",
+                code="method_not_allowed",
+            )
+            answer.headers["allow"] = "POST"
+            return answer
         return error_answer(404, f"mock: no route {request.method} {request.url.path}", code="unknown_url")
 
 

@@ -287,3 +287,18 @@ def test_closing_the_terminal_stops_serve_so_the_port_is_free_again(tmp_path: Pa
     assert "SIGHUP: the terminal closed; stopping" in log.read_text()
     with socket.socket() as again:
         again.bind(("127.0.0.1", port))
+
+
+def test_replay_tool_loops_names_the_files_it_skips(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """L8: `replay --tool-loops N` says which files it left out, on stderr (stdout stays the table)."""
+    loop = REPO / "tests" / "corpus" / "tau-bench-airline-task9-trial2.json"
+    short = tmp_path / "short.json"
+    short.write_text('{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}')
+    status, out, err = run(capsys, "replay", "--tool-loops", "12", "--role", "worker", str(loop), str(short))
+    assert status == 0 and "tau-bench-airline-task9-trial2.json" in out
+    assert (
+        "replay: skipped 1 of 2 files, not tool loops of 12 messages or more with a tool call: short.json"
+        in err
+    )
