@@ -22,7 +22,17 @@ from tests.support.processes import NETWORK_ERRORS
 from tests.support.serve_process import Server, free_port, offline_env
 
 REPO = Path(__file__).resolve().parents[1]
-BUILD_FILES = ("pyproject.toml", "README.md", "LICENSE", "history_proxy", "config/default.yaml")
+BUILD_FILES = (
+    "pyproject.toml",
+    "README.md",
+    "LICENSE",
+    "history_proxy",
+    "config/default.yaml",
+    "tests/corpus/tau-bench-airline-task9-trial2.json",  # the demo's conversation (a link in history_proxy/)
+)
+PROXY_PY = "proxy.py==2.4.10"
+"""PyPI's proxy.py, which installs a top-level ``proxy`` package: the name this one no longer takes."""
+PIPX = "pipx==1.18.4"
 PIP_TIMEOUT_S = 600
 
 pytestmark = pytest.mark.timeout(PIP_TIMEOUT_S + 120)
@@ -133,3 +143,76 @@ def test_the_dockerfile_copies_what_the_wheel_build_reads_before_installing() ->
     before_install = dockerfile.split("pip install", 1)[0]
     copied = " ".join(line for line in before_install.splitlines() if line.startswith("COPY "))
     assert [name for name in BUILD_FILES if name not in copied] == []
+
+
+def wheel_of(installed: Path) -> Path:
+    (wheel,) = (installed.parents[1] / "dist").glob("history_proxy-*.whl")
+    return wheel
+
+
+def test_the_wheel_installs_beside_proxy_py_and_both_import(installed: Path) -> None:
+    """M6/M7: `proxy` is PyPI's proxy.py's; ours is `history_proxy`, so both live in one venv."""
+    pip(installed / "python", "install", PROXY_PY)
+    done = subprocess.run(
+        [
+            str(installed / "python"),
+            "-c",
+            "import history_proxy, proxy; print(history_proxy.__version__, proxy.__name__)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0.2.0", "proxy"]
+    version = subprocess.run([str(installed / "history-proxy"), "--version"], capture_output=True, text=True)
+    assert version.stdout.strip() == "history-proxy 0.2.0"
+
+
+def test_the_wheel_holds_the_demo_conversation_and_an_spdx_licence(installed: Path) -> None:
+    done = subprocess.run(
+        [
+            str(installed / "python"),
+            "-c",
+            "from history_proxy.devtools.demo import demo_conversation; print(len(demo_conversation()['messages']))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.stdout.strip() == "62", done.stderr
+    import zipfile
+
+    with zipfile.ZipFile(wheel_of(installed)) as wheel:
+        metadata = next(wheel.read(n).decode() for n in wheel.namelist() if n.endswith("/METADATA"))
+    assert "License-Expression: MIT" in metadata.splitlines()
+
+
+def test_pipx_installs_the_command_from_the_wheel(installed: Path, tmp_path: Path) -> None:
+    """The README's `pipx install dist/history_proxy-0.2.0-py3-none-any.whl`, in a throwaway PIPX_HOME."""
+    tools = tmp_path / "tools"
+    subprocess.run([sys.executable, "-m", "venv", str(tools)], check=True, timeout=120)
+    pip(tools / "bin" / "python", "install", PIPX)
+    env = offline_env(
+        PIPX_HOME=str(tmp_path / "pipx"),
+        PIPX_BIN_DIR=str(tmp_path / "bin"),
+        PIPX_MAN_DIR=str(tmp_path / "man"),
+    )
+    done = subprocess.run(
+        [str(tools / "bin" / "pipx"), "install", str(wheel_of(installed))],
+        capture_output=True,
+        text=True,
+        timeout=PIP_TIMEOUT_S,
+        env=env,
+    )
+    out = done.stdout + done.stderr
+    if done.returncode != 0 and any(error in out for error in NETWORK_ERRORS):
+        pytest.skip(f"pipx cannot reach the package index: {out.strip().splitlines()[-1][:300]}")
+    assert done.returncode == 0, out[-3000:]
+    command = tmp_path / "bin" / "history-proxy"
+    version = subprocess.run([str(command), "--version"], capture_output=True, text=True, timeout=60, env=env)
+    assert version.stdout.strip() == "history-proxy 0.2.0", version.stderr
+    checked = subprocess.run(
+        [str(command), "check"], capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path
+    )
+    assert checked.returncode == 0 and "the default config packaged with history-proxy" in checked.stdout
