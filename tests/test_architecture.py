@@ -378,6 +378,7 @@ CROSS_CUTTING = {
     "policy_everywhere_e2e": "the global policy on every surface end to end",
     "private_apis": "every dependency's private API the proxy reaches",
     "properties": "properties over every filter and random chains",
+    "readme_walk": "the README top to bottom from an empty directory",
     "refetch_end_to_end": "re-fetches counted end to end on every surface",
     "surfaces_end_to_end": "every surface end to end with the official SDKs",
     "surfaces_properties": "properties over every filter on Responses and Messages",

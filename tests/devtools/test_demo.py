@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from history_proxy.devtools.demo import demo_conversation
+from tests.support.demo_table import ROW, number
 from tests.support.serve_process import REPO, Server, free_port, offline_env, start
 
 
@@ -30,16 +30,6 @@ def demo(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         cwd=cwd,
         env=offline_env(),
     )
-
-
-ROW = re.compile(
-    r"^(?P<role>\w+) +(?P<t0>[\d,]+) -> (?P<t1>[\d,]+) \(-\d+%\) +(?P<c0>[\d,]+) -> (?P<c1>[\d,]+) \(x[\d.]+\) +"
-    r"(?P<e0>\d+)% \((?P<n0>\d+)/(?P<d0>\d+)\) -> (?P<e1>\d+)% \((?P<n1>\d+)/(?P<d1>\d+)\)$"
-)
-
-
-def number(text: str) -> int:
-    return int(text.replace(",", ""))
 
 
 def test_the_demo_shows_each_role_unfiltered_beside_shaped(proxy: Server, tmp_path: Path) -> None:
