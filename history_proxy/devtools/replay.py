@@ -64,6 +64,8 @@ class ReplayStep:
     """Of those, the ones the request sent no longer holds."""
     evidence_out_of_context: tuple[str, ...] = ()
     """Of those kept, the ones it holds only in messages the chain changed (a notice, a digest)."""
+    rewrote: bool = False
+    """The chain changed or dropped a message the previous request had sent (the cached prefix broke there)."""
     evidence_context_lost: tuple[tuple[str, str], ...] = ()
     """``(token, reason)`` for each evidence token the request holds without its context, or not at all
     (reason: elided, notice, dropped; docs/cost.md, evidence kept with its context)."""
@@ -344,6 +346,7 @@ async def replay_through(
                 cost=priced.cost,
                 unfiltered_cached=plain.cached,
                 unfiltered_cost=plain.cost,
+                rewrote=shared < len(previous),
                 **_evidence_fields(evidence),
             )
         )
