@@ -133,6 +133,10 @@ def test_every_filter_type_has_its_page_and_a_row_in_the_readme() -> None:
         page = ROOT / "docs" / "filters" / f"{name}.md"
         assert page.read_text(encoding="utf-8").startswith(f"### {name}\n")
         assert f"[`{name}`](docs/filters/{name}.md)" in readme
+    rows = re.findall(r"^\| \[`\w+`\]\(docs/filters/\w+\.md\) \| (.+) \|$", readme, re.MULTILINE)
+    assert len(rows) == len(FILTER_TYPES)
+    cut = [row for row in rows if not row.endswith(".")]
+    assert cut == [], "a filter's summary in the README stops short (issue 35, L8)"
 
 
 def test_readme_first_code_block_holds_the_run_and_test_commands() -> None:

@@ -8,6 +8,7 @@ with pip's reason when the index cannot be reached.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -216,3 +217,30 @@ def test_pipx_installs_the_command_from_the_wheel(installed: Path, tmp_path: Pat
         [str(command), "check"], capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path
     )
     assert checked.returncode == 0 and "the default config packaged with history-proxy" in checked.stdout
+
+
+def test_make_help_lists_every_target_with_its_time_and_downloads() -> None:
+    """M5: `make help` names every target; the ones that install say how long and what they download."""
+    makefile = (REPO / "Makefile").read_text(encoding="utf-8")
+    phony = re.search(r"^\.PHONY: (.+)$", makefile, re.MULTILINE)
+    assert phony is not None
+    done = subprocess.run(["make", "-s", "help"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    listed = {line.split()[0]: line for line in done.stdout.splitlines()[1:] if line.strip()}
+    assert set(listed) == set(phony.group(1).split())
+    for target in ("run", "demo", "test", "lint", "install", "install-dev", "wheel", "docs-figures"):
+        assert re.search(r"~?\d+(\.\d+)?( |-\d+ )?(s|min)\b", listed[target]), f"{target}: no time"
+    for part in ("Phoenix", "Codex", "Claude Code", "container", "nginx", "prometheus", "kubectl", "1 GB"):
+        assert part in listed["test"], f"make test does not announce {part}"
+    assert "downloads" in listed["run"] and "Downloads" in listed["test"]
+
+
+def test_make_run_installs_only_what_serving_needs_and_chooses_the_mock() -> None:
+    """L2: no test tools for `make run`; the mock is its explicit choice (MOCK=0: the real providers)."""
+    planned = subprocess.run(
+        ["make", "-n", "-B", "run"], cwd=REPO, capture_output=True, text=True, timeout=60
+    ).stdout
+    installs = [line for line in planned.splitlines() if "pip install" in line]
+    assert installs and all(line.rstrip().endswith("-e .") for line in installs), installs
+    assert "serve --host 127.0.0.1 --port 8080 --mock" in planned
+    real = subprocess.run(["make", "-n", "run", "MOCK=0"], cwd=REPO, capture_output=True, text=True).stdout
+    assert "--mock" not in real and "serve --host" in real
