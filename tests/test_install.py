@@ -146,6 +146,11 @@ def test_the_dockerfile_copies_what_the_wheel_build_reads_before_installing() ->
     assert [name for name in BUILD_FILES if name not in copied] == []
 
 
+def run_python(installed: Path, code: str) -> subprocess.CompletedProcess[str]:
+    """``code`` run by the installed venv's python."""
+    return subprocess.run([str(installed / "python"), "-c", code], capture_output=True, text=True, timeout=60)
+
+
 def wheel_of(installed: Path) -> Path:
     (wheel,) = (installed.parents[1] / "dist").glob("history_proxy-*.whl")
     return wheel
@@ -154,15 +159,8 @@ def wheel_of(installed: Path) -> Path:
 def test_the_wheel_installs_beside_proxy_py_and_both_import(installed: Path) -> None:
     """M6/M7: `proxy` is PyPI's proxy.py's; ours is `history_proxy`, so both live in one venv."""
     pip(installed / "python", "install", PROXY_PY)
-    done = subprocess.run(
-        [
-            str(installed / "python"),
-            "-c",
-            "import history_proxy, proxy; print(history_proxy.__version__, proxy.__name__)",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
+    done = run_python(
+        installed, "import history_proxy, proxy; print(history_proxy.__version__, proxy.__name__)"
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["0.2.0", "proxy"]
@@ -171,15 +169,9 @@ def test_the_wheel_installs_beside_proxy_py_and_both_import(installed: Path) -> 
 
 
 def test_the_wheel_holds_the_demo_conversation_and_an_spdx_licence(installed: Path) -> None:
-    done = subprocess.run(
-        [
-            str(installed / "python"),
-            "-c",
-            "from history_proxy.devtools.demo import demo_conversation; print(len(demo_conversation()['messages']))",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
+    done = run_python(
+        installed,
+        "from history_proxy.devtools.demo import demo_conversation; print(len(demo_conversation()['messages']))",
     )
     assert done.stdout.strip() == "62", done.stderr
     import zipfile
