@@ -177,3 +177,18 @@ def test_the_mock_answers_only_when_chosen_and_every_answer_says_so(how: str, tm
         for answer in (chat, streamed, refused):
             assert answer.headers["x-history-mock"] == "1", answer.text
         assert chat.json()["choices"][0]["message"]["content"].startswith("mock: received 1 messages")
+
+
+def test_an_unreachable_provider_says_how_to_answer_offline(tmp_path: Path) -> None:
+    """No network and the default config: a 502 that names the mock instead of a silent fake answer."""
+    env = {"OPENAI_UPSTREAM_URL": "http://127.0.0.1:9/v1"}
+    for server in start("serve", log=tmp_path / "serve.log", ready_path="/healthz", env=env):
+        answer = httpx.post(
+            f"{server.url}/v1/chat/completions",
+            json={"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Hello"}]},
+            timeout=60,
+        )
+        assert answer.status_code == 502 and "x-history-mock" not in answer.headers
+        assert (
+            "`history-proxy serve --mock` answers from the built-in mock" in answer.json()["error"]["message"]
+        )
