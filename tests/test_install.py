@@ -236,3 +236,14 @@ def test_make_run_installs_only_what_serving_needs_and_chooses_the_mock() -> Non
     assert "serve --host 127.0.0.1 --port 8080 --mock" in planned
     real = subprocess.run(["make", "-n", "run", "MOCK=0"], cwd=REPO, capture_output=True, text=True).stdout
     assert "--mock" not in real and "serve --host" in real
+
+
+def test_make_wheel_builds_the_wheel_alone_with_the_pinned_setuptools() -> None:
+    """M7: no dependency wheels dropped into the clone; the build requirement pinned, the licence SPDX."""
+    planned = subprocess.run(
+        ["make", "-n", "wheel"], cwd=REPO, capture_output=True, text=True, timeout=60
+    ).stdout
+    assert "pip wheel" in planned and "--no-deps -w dist ." in planned
+    project = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    assert re.search(r'^requires = \["setuptools==[\d.]+"\]', project, re.MULTILINE)
+    assert re.search(r'^license = "MIT"$', project, re.MULTILINE)
