@@ -23,7 +23,7 @@ run: $(VENV)/.installed-serve  ## serve the default config on http://127.0.0.1:8
 demo: $(VENV)/.installed-serve  ## send a recorded agent conversation through the running proxy (`make run` in another terminal) as each role: tokens, cost, evidence kept, unfiltered vs shaped; writes demo.html; ~5 s, downloads nothing more
 	$(BIN)/history-proxy demo --url http://$(HOST):$(PORT) $(ARGS)
 
-test: $(VENV)/.installed-test  ## every test; 15-25 min. Downloads the test tools (~240 MB into .venv) and, in the tests that need them, AutoGen+CrewAI (.venv-frameworks, ~1 GB), Arize Phoenix (.venv-phoenix), the Codex and Claude Code CLIs (npm, .npm-clients); builds a container image (podman); uses nginx, redis-server, chromium, prometheus and kubectl when installed (each such test skips with the reason when its part is missing; .ci/run installs them all)
+test: $(VENV)/.installed-test  ## every test; 20-30 min on 2 cores (an estimate: the whole suite is not timed here). Downloads the test tools (~240 MB into .venv) and, in the tests that need them, AutoGen+CrewAI (.venv-frameworks, ~1 GB), Arize Phoenix (.venv-phoenix), the Codex and Claude Code CLIs (npm, .npm-clients); builds a container image (podman); uses nginx, redis-server, chromium, prometheus and kubectl when installed (each such test skips with the reason when its part is missing; .ci/run installs them all)
 	@echo "make test: pytest over tests/ in .venv; the optional parts it builds or skips are listed below"
 	$(BIN)/python -m pytest $(ARGS)
 
