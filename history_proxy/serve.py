@@ -81,6 +81,23 @@ def mock_notice(config: Config) -> str | None:
     )
 
 
+def base_url_notice(config_file: Path) -> str | None:
+    """A note when ``$OPENAI_BASE_URL`` is set but the config reads ``$OPENAI_UPSTREAM_URL`` (the default
+    config does: ``OPENAI_BASE_URL`` is the clients' setting, and pointed at this proxy it would loop)."""
+    if not os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_UPSTREAM_URL"):
+        return None
+    try:
+        reads_upstream_url = "${OPENAI_UPSTREAM_URL" in config_file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not reads_upstream_url:
+        return None
+    return (
+        "note: OPENAI_BASE_URL is set but this config takes the OpenAI upstream's address from "
+        "OPENAI_UPSTREAM_URL (OPENAI_BASE_URL is for clients: pointed at this proxy it would loop)"
+    )
+
+
 def uvicorn_options() -> dict[str, str]:
     """uvloop and httptools when installed (uvicorn's fast paths), asyncio and h11 otherwise."""
     return {
@@ -162,8 +179,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         f"({chosen}; {upstreams_line(config)})",
         flush=True,
     )
-    if notice := mock_notice(config):
-        print(notice, flush=True)
+    for notice in (mock_notice(config), base_url_notice(config_file)):
+        if notice:
+            print(notice, flush=True)
     try:
         uvicorn.run(
             APP_FACTORY,

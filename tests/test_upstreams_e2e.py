@@ -192,3 +192,16 @@ def test_an_unreachable_provider_says_how_to_answer_offline(tmp_path: Path) -> N
         assert (
             "`history-proxy serve --mock` answers from the built-in mock" in answer.json()["error"]["message"]
         )
+
+
+def test_openai_base_url_is_named_as_the_clients_setting_not_read(
+    providers: tuple[Provider, str], tmp_path: Path
+) -> None:
+    """The old README's OPENAI_BASE_URL is a client setting: the startup says where the address comes from."""
+    _, url = providers
+    env = {"OPENAI_BASE_URL": url}
+    for server in start("serve", log=tmp_path / "serve.log", ready_path="/healthz", env=env):
+        assert "note: OPENAI_BASE_URL is set but this config takes the OpenAI upstream's address from" in (
+            server.output()
+        )
+        assert "openai = https://api.openai.com/v1 (key: client)" in server.output()
