@@ -111,7 +111,8 @@ def _share(part: int, whole: int) -> str:
     return f"{(part / whole if whole else 1.0) * 100:.0f}% ({part}/{whole})"
 
 
-def _row(run: RoleRun) -> str:
+def demo_row(run: RoleRun) -> str:
+    """One role's line of the table: tokens, cost and evidence, unfiltered -> shaped."""
     r = run.result
     unfiltered = sum(s.tokens_unfiltered for s in r.steps)
     sent = sum(s.tokens_sent for s in r.steps)
@@ -130,6 +131,15 @@ def _chain_line(run: RoleRun) -> str:
     return f"  {run.role}: " + ("; ".join(parts) or "no filter")
 
 
+def demo_table(runs: list[RoleRun]) -> list[str]:
+    """The table's two header lines and a row per role (the README quotes it: ``make docs-figures``)."""
+    return [
+        f"{'role':<13} {'tokens sent, all requests':<29} {'cost with caching':<28} evidence kept with its context",
+        f"{'':<13} {'unfiltered -> shaped':<29} {'unfiltered -> shaped':<28} unfiltered -> shaped",
+        *(demo_row(run) for run in runs),
+    ]
+
+
 def render_demo(runs: list[RoleRun], url: str) -> str:
     """The demo's table: each role unfiltered -> shaped, then each chain on the last request."""
     steps = len(runs[0].result.steps) if runs else 0
@@ -138,9 +148,7 @@ def render_demo(runs: list[RoleRun], url: str) -> str:
         f"shaped by the proxy at {url} as each role",
         pricing_line(runs[0].result) if runs else "",
         "",
-        f"{'role':<13} {'tokens sent, all requests':<29} {'cost with caching':<28} evidence kept with its context",
-        f"{'':<13} {'unfiltered -> shaped':<29} {'unfiltered -> shaped':<28} unfiltered -> shaped",
-        *(_row(run) for run in runs),
+        *demo_table(runs),
         "",
         "each chain on the last request (a filter that changed nothing says why):",
         *(_chain_line(run) for run in runs),
