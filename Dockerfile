@@ -1,6 +1,7 @@
 # history-proxy: `docker build -t history-proxy .` (or `podman build`), then
-# `docker run --read-only --tmpfs /tmp -p 8080:8080 history-proxy` answers through the built-in mock, and
-# `-e OPENAI_API_KEY=... -v $PWD/my-config.yaml:/config/config.yaml:ro` serves your own config.
+# `docker run --read-only --tmpfs /tmp -p 8080:8080 history-proxy` forwards to OpenAI and Anthropic with
+# the client's key (`-e OPENAI_API_KEY=...`: the server's), `-e HISTORY_PROXY_MOCK=1` answers from the
+# built-in mock, and `-v $PWD/my-config.yaml:/config/config.yaml:ro` serves your own config.
 # Debian's own Python on Debian's slim base: CI builds this same file from a base it makes with
 # `debootstrap --variant=minbase bookworm` (tagged debian:bookworm-slim, `--pull=never`; docs/operations.md).
 ARG BASE=debian:bookworm-slim
@@ -20,6 +21,7 @@ COPY pyproject.toml README.md LICENSE ./
 COPY history_proxy ./history_proxy
 # history_proxy/config/default.yaml links to it: the wheel packages the default config
 COPY config/default.yaml ./config/default.yaml
+COPY tests/corpus/tau-bench-airline-task9-trial2.json ./tests/corpus/tau-bench-airline-task9-trial2.json
 RUN if [ -f /build-env/ca-certificates.crt ]; then export PIP_CERT=/build-env/ca-certificates.crt; fi \
     && if [ -f /build-env/pip.conf ]; then export PIP_CONFIG_FILE=/build-env/pip.conf; fi \
     && /opt/history-proxy/bin/pip install --quiet . \
@@ -58,5 +60,5 @@ HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
     CMD ["python3", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('PORT', '8080'), timeout=2)"]
 STOPSIGNAL SIGTERM
 # The config: $HISTORY_PROXY_CONFIG, else a file mounted at /config/config.yaml, else the packaged
-# default config (offline: the built-in mock answers until OPENAI_API_KEY is set).
+# default config (the real providers; HISTORY_PROXY_MOCK=1: the built-in mock, offline).
 CMD ["sh", "-c", "[ -n \"$HISTORY_PROXY_CONFIG\" ] || [ ! -f /config/config.yaml ] || export HISTORY_PROXY_CONFIG=/config/config.yaml; exec history-proxy serve --host \"$HOST\" --port \"$PORT\" --workers \"$WORKERS\""]

@@ -61,7 +61,7 @@ def run(routing: str, conversations: list[list[tuple[str, bytes]]], logs: Path) 
     procs = [
         start(
             f"{routing}-{n}",
-            [sys.executable, "-m", "history_proxy", "serve", "--port", str(port)],
+            [sys.executable, "-m", "history_proxy", "serve", "--mock", "--port", str(port)],
             logs,
             cwd=REPO,
         )

@@ -1,4 +1,4 @@
-"""The ``history-proxy`` command: serve, check, preview, replay, schema, mock-upstream.
+"""The ``history-proxy`` command: serve, init, check, preview, replay, demo, schema, mock-upstream.
 
 Every failure is one clear line on stderr and exit status 1 (argparse's usage errors: 2); a config
 that does not validate prints every located error and nothing starts.
@@ -21,18 +21,20 @@ from history_proxy.config.locate import CONFIG_ENV, STARTER_NAME
 from history_proxy.config.models import Config
 from history_proxy.core.identity import Identity, match_role
 from history_proxy.observability.logs import LOG_FORMATS
-from history_proxy.serve import CommandError, cmd_init, cmd_serve, load, uvicorn_options
+from history_proxy.serve import CommandError, cmd_init, cmd_serve, config_in_use, load, uvicorn_options
 
 if TYPE_CHECKING:
     from history_proxy.core.cost import Pricing
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
-CONFIG_DEFAULTS = f"${CONFIG_ENV}, else ./config/default.yaml, else the packaged default config"
+CONFIG_DEFAULTS = (
+    f"${CONFIG_ENV}, else ./{STARTER_NAME}, else ./config/default.yaml, else the packaged default config"
+)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    config, path = load(args.path)
-    print(summary(config) if args.path else f"{path}: {summary(config)}")
+    config, _ = load(args.path)
+    print(summary(config) if args.path else f"{config_in_use(None)}: {summary(config)}")
     return 0
 
 
@@ -85,6 +87,8 @@ def cmd_preview(args: argparse.Namespace) -> int:
     if args.file is None and sys.stdin.isatty():  # nothing piped in: say what to give, never wait
         raise CommandError(f"give a request body FILE, or pipe one in (FILE -)\n{args.usage.strip()}")
     config, _ = load(args.config)
+    if not args.config:  # stdout is the JSON; which file shaped it goes to stderr
+        print(f"history-proxy preview: {config_in_use(None)}", file=sys.stderr)
     body = _read_body(args.file or "-")
     pipeline = Pipeline(config, TokenCounters())
     try:
@@ -165,6 +169,19 @@ def _replay_paths(files: list[str], half: str | None) -> list[str]:
     return out
 
 
+def _say_skipped(files: list[str], kept: dict[str, Any], tool_loops: int) -> None:
+    """On stderr: the files ``--tool-loops N`` left out, and why (stdout stays the table or the JSON)."""
+    skipped = [file for file in files if file not in kept]
+    if not tool_loops or not skipped:
+        return
+    named = ", ".join(Path(file).name for file in skipped[:5]) + (", ..." if len(skipped) > 5 else "")
+    print(
+        f"replay: skipped {len(skipped)} of {len(files)} files, not tool loops of {tool_loops} messages or "
+        f"more with a tool call: {named}",
+        file=sys.stderr,
+    )
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     from history_proxy.core.tokens import TokenCounters
     from history_proxy.devtools.replay import ReplayError
@@ -183,6 +200,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     tokens = TokenCounters()
     try:
         bodies = chat_bodies({file: _read_body(file) for file in args.file}, args.api, args.tool_loops)
+        _say_skipped(args.file, bodies, args.tool_loops)
         results = replay_files(bodies, lambda: Pipeline(config, tokens), identity, _pricing(args.pricing))
     except ReplayError as exc:
         raise CommandError(str(exc)) from None
@@ -228,6 +246,7 @@ def _compare(args: argparse.Namespace) -> int:
 
     try:
         bodies = chat_bodies({file: _read_body(file) for file in args.file}, args.api, args.tool_loops)
+        _say_skipped(args.file, bodies, args.tool_loops)
         rows = compare(bodies, {path: chain(path) for path in args.compare}, _pricing(args.pricing))
     except ReplayError as exc:
         raise CommandError(str(exc)) from None
@@ -235,6 +254,33 @@ def _compare(args: argparse.Namespace) -> int:
         print(json.dumps({"conversations": len(bodies), "chains": [r.to_json() for r in rows]}, indent=2))
     else:
         print(render_compare(rows, len(bodies)))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Send the packaged conversation through a running proxy as each role; print and draw the figures."""
+    from history_proxy.devtools.demo import DEMO_ROLES, ProxyUnreachable, render_demo, run_demo
+    from history_proxy.devtools.replay import ReplayError
+    from history_proxy.devtools.replay_html import render_html
+
+    roles = tuple(args.roles.split(",")) if args.roles else DEMO_ROLES
+    pricing = _pricing(args.pricing)
+    assert pricing is not None  # the option has a default
+    try:
+        runs = asyncio.run(run_demo(args.url, pricing, roles, os.environ.get("HISTORY_PROXY_DEMO_KEY")))
+    except (ProxyUnreachable, ReplayError) as exc:
+        raise CommandError(str(exc)) from None
+    print(render_demo(runs, args.url))
+    drawn = next((run for run in runs if run.role == args.html_role), runs[-1])
+    title = f"history-proxy demo: tau-bench airline task 9, role {drawn.role}"
+    try:
+        Path(args.html).write_text(render_html(drawn.result, title), encoding="utf-8")
+    except OSError as exc:
+        raise CommandError(f"{args.html}: cannot write: {exc.strerror or exc}") from None
+    print(
+        f"\nwrote {args.html}: the {drawn.role}'s requests one by one, cost and evidence "
+        "(open it in a browser; `history-proxy replay FILE --role R --html OUT` draws any conversation)"
+    )
     return 0
 
 
@@ -290,6 +336,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=_port, default=8080, help="port to bind (default: 8080)")
     serve.add_argument("--workers", type=_positive, default=1, help="worker processes (default: 1)")
     serve.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="(default: info)")
+    serve.add_argument(
+        "--mock",
+        action="store_true",
+        help="answer every request from the built-in mock upstream, offline (also: HISTORY_PROXY_MOCK=1); "
+        "each answer carries x-history-mock: 1",
+    )
     serve.add_argument(
         "--log-format",
         choices=LOG_FORMATS,
@@ -369,6 +421,35 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="print JSON (steps and totals) instead of a table"
     )
     replay_.set_defaults(handler=cmd_replay)
+
+    demo = commands.add_parser(
+        "demo",
+        help="send a recorded agent conversation through a running proxy as each role: what shaping does",
+        description=(
+            "Send tau-bench's airline task 9 (62 messages, 31 requests as the agent grew it) through the "
+            "running proxy's /v1/history/preview as each role, and print tokens, cost with prompt caching "
+            "and evidence kept with its context, unfiltered beside shaped; write the replay page. Nothing "
+            "goes to a model except a summarize filter's summaries. A proxy key, when the proxy needs one: "
+            "$HISTORY_PROXY_DEMO_KEY."
+        ),
+    )
+    demo.add_argument(
+        "--url", default="http://127.0.0.1:8080", help="the running proxy (default: http://127.0.0.1:8080)"
+    )
+    demo.add_argument("--roles", metavar="R,R", help="roles to send as (default: the default config's five)")
+    demo.add_argument(
+        "--pricing",
+        default="openai",
+        metavar="openai|anthropic|FILE",
+        help="prompt-cache prices to bill with (default: openai, the conversation's model's)",
+    )
+    demo.add_argument(
+        "--html", default="demo.html", metavar="OUT", help="the replay page (default: demo.html)"
+    )
+    demo.add_argument(
+        "--html-role", default="worker", metavar="R", help="the role it draws (default: worker)"
+    )
+    demo.set_defaults(handler=cmd_demo)
 
     schema = commands.add_parser("schema", help="print the config file's JSON Schema")
     schema.set_defaults(handler=cmd_schema)

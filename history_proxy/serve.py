@@ -17,9 +17,9 @@ import tempfile
 from pathlib import Path
 
 from history_proxy import __version__
-from history_proxy.config.loading import ConfigError, load_config
-from history_proxy.config.locate import CONFIG_ENV, config_path, missing_hint
-from history_proxy.config.models import Config
+from history_proxy.config.loading import MOCK_ENV, ConfigError, load_config
+from history_proxy.config.locate import CONFIG_ENV, config_path, missing_hint, origin_phrase
+from history_proxy.config.models import Config, UpstreamConfig
 
 APP_FACTORY = "history_proxy.server.app:app_from_env"
 
@@ -40,6 +40,62 @@ def load(explicit: str | None) -> tuple[Config, Path]:
         lines = "\n".join(f"  {error}" for error in exc.errors)
         noun = "error" if len(exc.errors) == 1 else "errors"
         raise CommandError(f"{exc.source}: invalid config ({len(exc.errors)} {noun}):\n{lines}") from None
+
+
+def config_in_use(explicit: str | None) -> str:
+    """Which file a command uses and why (``config history-proxy.yaml (found in the working directory)``)."""
+    path, origin = config_path(explicit)
+    return f"config {path}" if origin == "--config" else f"config {path} ({origin_phrase(origin)})"
+
+
+def key_source(config: Config, upstream: UpstreamConfig) -> str:
+    """Where an upstream's key comes from: ``server`` (its ``api_key``), ``client`` (the caller's
+    Authorization or x-api-key, passed on) or ``none`` (the mock, or client keys are proxy keys)."""
+    if upstream.is_mock:
+        return "none"
+    if upstream.key is not None:
+        return "server"
+    return "none" if config.auth.keys else "client"
+
+
+def upstreams_line(config: Config) -> str:
+    """Each upstream, where it is, and where its key comes from, for the startup line."""
+    described = [
+        f"{name} = {'built-in mock' if upstream.is_mock else upstream.base_url} "
+        f"(key: {key_source(config, upstream)})"
+        for name, upstream in config.upstreams.items()
+    ]
+    return "upstreams: " + ", ".join(described)
+
+
+def mock_notice(config: Config) -> str | None:
+    """What the startup line says when answers come from the built-in mock, not a provider."""
+    mocked = [name for name, upstream in config.upstreams.items() if upstream.is_mock]
+    if not mocked:
+        return None
+    every = len(mocked) == len(config.upstreams)
+    which = "every answer" if every else f"answers from {', '.join(mocked)}"
+    return (
+        f"MOCK: {which} comes from the built-in mock (header x-history-mock: 1), no provider is called; "
+        "serve without --mock (and HISTORY_PROXY_MOCK unset) to reach the real upstreams"
+    )
+
+
+def base_url_notice(config_file: Path) -> str | None:
+    """A note when ``$OPENAI_BASE_URL`` is set but the config reads ``$OPENAI_UPSTREAM_URL`` (the default
+    config does: ``OPENAI_BASE_URL`` is the clients' setting, and pointed at this proxy it would loop)."""
+    if not os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_UPSTREAM_URL"):
+        return None
+    try:
+        reads_upstream_url = "${OPENAI_UPSTREAM_URL" in config_file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not reads_upstream_url:
+        return None
+    return (
+        "note: OPENAI_BASE_URL is set but this config takes the OpenAI upstream's address from "
+        "OPENAI_UPSTREAM_URL (OPENAI_BASE_URL is for clients: pointed at this proxy it would loop)"
+    )
 
 
 def uvicorn_options() -> dict[str, str]:
@@ -63,11 +119,16 @@ def check_port(host: str, port: int) -> None:
             probe.bind(address)
         except OSError as exc:
             hint = (
-                " (another process listens there: pick another with --port)"
+                f" (another process listens there: pick another with {port_option()})"
                 if exc.errno == errno.EADDRINUSE
                 else ""
             )
             raise CommandError(f"cannot listen on {host}:{port}: {exc.strerror or exc}{hint}") from None
+
+
+def port_option() -> str:
+    """How the user picks another port: ``PORT=`` under ``make run`` (which sets MAKELEVEL), else ``--port``."""
+    return "make run PORT=9000" if os.environ.get("MAKELEVEL") else "--port"
 
 
 def log_format(chosen: str | None) -> str:
@@ -93,7 +154,10 @@ def _share_metrics_between_workers(workers: int) -> str | None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serve the proxy until interrupted."""
+    if args.mock:  # before the config is read: it, the workers and every reload answer from the mock
+        os.environ[MOCK_ENV] = "1"
     config, config_file = load(args.config)
+    chosen = config_in_use(args.config)  # before CONFIG_ENV below names the file for the workers
     check_port(args.host, args.port)
     import uvicorn
 
@@ -101,18 +165,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from history_proxy.server.protocol import bounded_http
 
     os.environ[CONFIG_ENV] = str(config_file.resolve())
+    if args.workers == 1 and sys.stdin.isatty():  # closing the terminal (make run's too) stops it
+        from history_proxy.server.reload import HANGUP_ENV
+
+        os.environ[HANGUP_ENV] = "stop"
     if args.workers > 1:  # an admin reload in one worker restarts them all through this process
         from history_proxy.server.reload import SUPERVISOR_ENV
 
         os.environ[SUPERVISOR_ENV] = str(os.getpid())
     metrics_dir = _share_metrics_between_workers(args.workers)
-    upstream = config.upstreams[config.default_upstream]
-    target = "built-in mock" if upstream.is_mock else upstream.base_url
     print(
         f"history-proxy {__version__} serving on http://{args.host}:{args.port}/v1 "
-        f"(config {config_file}, default upstream {config.default_upstream}: {target})",
+        f"({chosen}; {upstreams_line(config)})",
         flush=True,
     )
+    for notice in (mock_notice(config), base_url_notice(config_file)):
+        if notice:
+            print(notice, flush=True)
     try:
         uvicorn.run(
             APP_FACTORY,

@@ -1,8 +1,9 @@
 """Write the figures the docs quote from what the code computes now (`make docs-figures`).
 
-Today, from docs/observability.md: the token report (the default config's worker chain on the SWE-agent
-conversation of the corpus, as `history-proxy preview --role worker --agent coder-1` prints it) and the
-replay table of the same conversation (`history-proxy replay --role worker`, abridged).
+Today, from README.md: the demo's table (its orchestrator and worker rows); from docs/observability.md:
+the token report (the default config's worker chain on the SWE-agent conversation of the corpus, as
+`history-proxy preview --role worker --agent coder-1` prints it) and the replay table of the same
+conversation (`history-proxy replay --role worker`, abridged).
 
 Usage: python scripts/docs_figures.py [--check]; with --check it writes nothing and exits 1 when a
 figure drifted (tests/test_docs.py runs the check). Timings (``ms``) are not figures: they are kept.
@@ -77,6 +78,35 @@ def rendered(report: dict[str, Any], timings: list[float]) -> str:
     )
 
 
+README = ROOT / "README.md"
+DEMO_BLOCK = re.compile(r"unfiltered beside shaped:\n\n```text\n(.*?)```", re.DOTALL)
+DEMO_ROLES = ("orchestrator", "worker")
+"""The demo's rows the README quotes."""
+
+
+def demo_rows() -> str:
+    """`history-proxy demo`'s table for the README's roles, each role replayed in process on the
+    default config (what the running proxy's preview computes for the same requests)."""
+    from history_proxy.devtools.demo import RoleRun, demo_conversation, demo_table
+    from history_proxy.devtools.replay import replay
+
+    config = load_config(ROOT / "config" / "default.yaml", env={})
+    body = demo_conversation()
+    runs = [
+        RoleRun(role, asyncio.run(replay(Pipeline(config, TokenCounters()), body, Identity(role=role))), {})
+        for role in DEMO_ROLES
+    ]
+    return "\n".join(demo_table(runs)) + "\n"
+
+
+def readme_page() -> str:
+    text = README.read_text(encoding="utf-8")
+    block = DEMO_BLOCK.search(text)
+    if block is None:
+        raise SystemExit("README.md: no demo table after 'unfiltered beside shaped:'")
+    return text[: block.start(1)] + demo_rows() + text[block.end(1) :]
+
+
 def main(argv: list[str]) -> int:
     page = PAGE.read_text(encoding="utf-8")
     match = BLOCK.search(page)
@@ -88,7 +118,7 @@ def main(argv: list[str]) -> int:
     if table is None:
         raise SystemExit(f"{PAGE.name}: no replay table after `{REPLAY}`")
     page = page[: table.start(1)] + replay_table() + page[table.end(1) :]
-    return write_or_check({PAGE: page}, argv, "make docs-figures")
+    return write_or_check({PAGE: page, README: readme_page()}, argv, "make docs-figures")
 
 
 def replay_table() -> str:

@@ -378,11 +378,13 @@ CROSS_CUTTING = {
     "policy_everywhere_e2e": "the global policy on every surface end to end",
     "private_apis": "every dependency's private API the proxy reaches",
     "properties": "properties over every filter and random chains",
+    "readme_walk": "the README top to bottom from an empty directory",
     "recall_e2e": "recall through serve on every surface, tenants apart",
     "refetch_end_to_end": "re-fetches counted end to end on every surface",
     "surfaces_end_to_end": "every surface end to end with the official SDKs",
     "surfaces_properties": "properties over every filter on Responses and Messages",
     "telemetry": "spans end to end with the official SDKs",
+    "upstreams_e2e": "the default config's real upstreams and the chosen mock, with the SDKs",
     "views_on_real_traffic": "every default view over the corpus, and the docs table",
 }
 """The suites that stay at the top of tests/, each crossing packages on purpose (CONTRIBUTING, "Tests")."""

@@ -4,9 +4,9 @@ The base is Debian's slim image; where no registry is reachable (CI) it is made 
 ``debootstrap --variant=minbase bookworm`` and tagged ``debian:bookworm-slim``, so the Dockerfile users
 build is the one built here (``--pull=never``). The container runs non-root with a read-only root and
 a tmpfs on /tmp, answers its healthcheck, and serves all three surfaces through the official SDKs from
-the packaged default config (the built-in mock, no key). Skipped with the reason when podman cannot
-run containers here; ``.ci/run`` installs and configures it and sets ``HISTORY_PROXY_REQUIRE_CONTAINER``
-so that a broken podman fails CI instead of skipping.
+the packaged default config with the built-in mock chosen (``HISTORY_PROXY_MOCK=1``, no key). Skipped
+with the reason when podman cannot run containers here; ``.ci/run`` installs and configures it and
+sets ``HISTORY_PROXY_REQUIRE_CONTAINER`` so that a broken podman fails CI instead of skipping.
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ def container(image: str) -> Iterator[Container]:
     port = free_port()
     started = podman(
         "run", "-d", "--read-only", "--tmpfs", "/tmp:rw,size=64m", "--network", "host",
-        "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+        "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "-e", "HISTORY_PROXY_MOCK=1",
         "-e", f"PORT={port}", "-e", "HOST=127.0.0.1", image,
     )  # fmt: skip
     running = Container(started.stdout.strip(), port)

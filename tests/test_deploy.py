@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import time
+import tomllib
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -120,6 +121,25 @@ def test_the_packaged_configs_of_the_deployments_load() -> None:
     assert config.limits.redis_url is None  # REDIS_URL unset: each replica counts alone
 
 
+def test_the_cluster_runs_this_version_with_the_default_configs_upstreams_and_chains() -> None:
+    """Issue 35, M4: what the README and config/default.yaml promise is what the cluster serves."""
+    version = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
+    base = DEPLOY / "kubernetes" / "base"
+    kustomization = yaml.safe_load((base / "kustomization.yaml").read_text(encoding="utf-8"))
+    assert [image["newTag"] for image in kustomization["images"]] == [version]
+    cluster = load_config(base / "config.yaml", env={})
+    default = load_config(REPO / "config" / "default.yaml", env={})
+    assert cluster.policies == default.policies, "the role chains of config/default.yaml, planner included"
+    assert (cluster.routes, cluster.identity) == (default.routes, default.identity)
+    assert {
+        name: (u.base_url, u.api, u.cache_control, u.is_mock) for name, u in cluster.upstreams.items()
+    } == {name: (u.base_url, u.api, u.cache_control, u.is_mock) for name, u in default.upstreams.items()}
+    service = yaml.safe_load((base / "service.yaml").read_text(encoding="utf-8"))
+    (port,) = [p["port"] for p in service["spec"]["ports"]]
+    operations = (REPO / "docs" / "operations.md").read_text(encoding="utf-8")
+    assert f"Service (port {port} to the pods' 8080" in operations
+
+
 def test_the_compose_file_mounts_files_that_exist_and_scrapes_the_replicas_nginx_balances() -> None:
     compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text(encoding="utf-8"))
     services = compose["services"]
@@ -179,7 +199,7 @@ def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
         urls = []
         for n in range(3):
             server = stack.enter_context(
-                started("serve", log=folder / f"replica-{n}.log", ready_path="/healthz")
+                started("serve", "--mock", log=folder / f"replica-{n}.log", ready_path="/healthz")
             )
             urls.append(server.url)
         yield urls

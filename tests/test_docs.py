@@ -133,6 +133,10 @@ def test_every_filter_type_has_its_page_and_a_row_in_the_readme() -> None:
         page = ROOT / "docs" / "filters" / f"{name}.md"
         assert page.read_text(encoding="utf-8").startswith(f"### {name}\n")
         assert f"[`{name}`](docs/filters/{name}.md)" in readme
+    rows = re.findall(r"^\| \[`\w+`\]\(docs/filters/\w+\.md\) \| (.+) \|$", readme, re.MULTILINE)
+    assert len(rows) == len(FILTER_TYPES)
+    cut = [row for row in rows if not row.endswith(".")]
+    assert cut == [], "a filter's summary in the README stops short (issue 35, L8)"
 
 
 def test_readme_first_code_block_holds_the_run_and_test_commands() -> None:
@@ -234,7 +238,7 @@ def test_json_blocks_parse(block: Block) -> None:
 def docs_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """`history-proxy serve` on the default config (the mock answers), as the docs start it."""
     log = tmp_path_factory.mktemp("docs-proxy") / "serve.log"
-    yield from start("serve", log=log, ready_path="/healthz")
+    yield from start("serve", "--mock", log=log, ready_path="/healthz")
 
 
 def workdir(tmp_path: Path) -> Path:
@@ -249,6 +253,7 @@ def workdir(tmp_path: Path) -> Path:
     (tmp_path / "request.json").write_text(
         json.dumps({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Hello"}]})
     )
+    (tmp_path / ".venv").symlink_to(sys.prefix)  # the README's `. .venv/bin/activate`: this test's venv
     (tmp_path / "tests").symlink_to(ROOT / "tests")
     (tmp_path / "config").symlink_to(ROOT / "config")
     return tmp_path

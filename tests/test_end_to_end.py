@@ -50,7 +50,7 @@ policies:
 @pytest.fixture(scope="module")
 def default_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     log = tmp_path_factory.mktemp("default") / "proxy.log"
-    yield from start("serve", log=log, ready_path="/healthz")
+    yield from start("serve", "--mock", log=log, ready_path="/healthz")
 
 
 def client(server: Server, role: str = "worker") -> openai.OpenAI:
@@ -105,7 +105,7 @@ def test_first_streamed_chunk_reaches_the_client_before_the_upstream_has_finishe
     assert arrivals[-1] - arrivals[0] >= (CHUNKS - 1) * CHUNK_DELAY_MS / 1000 / 2
 
 
-def test_serve_on_the_default_config_answers_through_the_built_in_mock(default_proxy: Server) -> None:
+def test_serve_mock_on_the_default_config_answers_through_the_built_in_mock(default_proxy: Server) -> None:
     with client(default_proxy, role="orchestrator") as sdk:
         raw = sdk.chat.completions.with_raw_response.create(
             model="gpt-4o-mini", messages=[{"role": "user", "content": "Plan the release."}]
@@ -113,6 +113,9 @@ def test_serve_on_the_default_config_answers_through_the_built_in_mock(default_p
     completion = raw.parse()
 
     assert completion.choices[0].message.content == (
-        'mock: received 1 messages (user=1), ~6 tokens; last user: "Plan the release."'
+        'mock: received 1 messages (user=1), ~11 tokens; last user: "Plan the release."'
     )
     assert raw.headers["x-history-role"] == "orchestrator"
+    # L3: the mock's count is the proxy's own (x-history-tokens-after), and the mock says it is one
+    assert raw.headers["x-history-tokens-after"] == "11"
+    assert raw.headers["x-history-mock"] == "1"

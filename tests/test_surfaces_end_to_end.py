@@ -321,7 +321,7 @@ auth: {{keys: [{{key: proxy-key-a, tenant: team-a}}]}}
 
 
 def test_the_default_config_demos_every_surface_offline(tmp_path: Path) -> None:
-    for server in start("serve", log=tmp_path / "proxy.log", ready_path="/healthz"):
+    for server in start("serve", "--mock", log=tmp_path / "proxy.log", ready_path="/healthz"):
         answer = oai(server, role="worker").responses.create(model="gpt-4o-mini", input="hello")
         assert answer.output_text.startswith("mock: received 1 messages (user=1)")
         with claude(server, role="worker").messages.stream(

@@ -136,8 +136,43 @@ def validation_errors(exc: ValidationError, raw: Any) -> list[str]:
     ]
 
 
+MOCK_ENV = "HISTORY_PROXY_MOCK"
+"""Set to ``1`` (``serve --mock`` sets it for its workers): every upstream is the built-in mock."""
+
+
+def mock_chosen(env: dict[str, str] | None = None) -> bool:
+    """Whether ``$HISTORY_PROXY_MOCK`` asks for the built-in mock (``1``, ``true``, ``yes``, ``on``)."""
+    environ = os.environ if env is None else env
+    return environ.get(MOCK_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def with_mock_upstreams(config: Config) -> Config:
+    """``config`` with every upstream answered by the built-in mock (its keys dropped: nothing leaves)."""
+    upstreams = {
+        name: upstream.model_copy(update={"base_url": "mock://", "api_key": None})
+        for name, upstream in config.upstreams.items()
+    }
+    return config.model_copy(update={"upstreams": upstreams})
+
+
+def default_role_errors(data: dict[str, Any]) -> list[str]:
+    """``identity.default_role``, when the file sets it, must name a role of ``policies.roles``: else
+    callers without a role header would silently run only the global chain."""
+    identity = data.get("identity")
+    if not isinstance(identity, dict) or not isinstance(identity.get("default_role"), str):
+        return []
+    policies = data.get("policies")
+    roles = policies.get("roles") if isinstance(policies, dict) else None
+    names = list(roles) if isinstance(roles, dict) else []
+    role = identity["default_role"]
+    if role in names:
+        return []
+    known = f"roles: {', '.join(names)}" if names else "policies.roles names none"
+    return [f"identity.default_role: {role!r} names no role in policies.roles ({known})"]
+
+
 def parse_config(raw: Any, env: dict[str, str] | None = None, source: str = "config") -> Config:
-    """Validate an already-parsed YAML document."""
+    """Validate an already-parsed YAML document (every upstream the mock when :func:`mock_chosen`)."""
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -145,11 +180,15 @@ def parse_config(raw: Any, env: dict[str, str] | None = None, source: str = "con
     data, errors = interpolate(raw, env)
     if errors:
         raise ConfigError(errors, source)
+    unnamed_role = default_role_errors(data)
     try:
         names = list(data["upstreams"]) if isinstance(data.get("upstreams"), dict) else []
-        return Config.model_validate(data, context={"upstream_names": names})
+        config = Config.model_validate(data, context={"upstream_names": names})
     except ValidationError as exc:
-        raise ConfigError(validation_errors(exc, data), source) from None
+        raise ConfigError(validation_errors(exc, data) + unnamed_role, source) from None
+    if unnamed_role:
+        raise ConfigError(unnamed_role, source)
+    return with_mock_upstreams(config) if mock_chosen(env) else config
 
 
 def load_config(path: str | Path | None = None, env: dict[str, str] | None = None) -> Config:

@@ -1,8 +1,8 @@
 """Which config file a command uses, and the starter config ``history-proxy init`` writes.
 
-Without ``--config`` a command takes the first of: ``$HISTORY_PROXY_CONFIG``, ``./config/default.yaml``
-(a clone of the repository), and the default config packaged with ``proxy`` (so an installed wheel
-serves anywhere, offline, through the built-in mock).
+Without ``--config`` a command takes the first of: ``$HISTORY_PROXY_CONFIG``, ``./history-proxy.yaml``
+(what ``history-proxy init`` writes), ``./config/default.yaml`` (a clone of the repository), and the
+default config packaged with ``history_proxy`` (so an installed wheel serves from any directory).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ CONFIG_ENV = "HISTORY_PROXY_CONFIG"
 LOCAL_CONFIG = Path("config") / "default.yaml"
 """A clone's default config, relative to the working directory."""
 STARTER_NAME = "history-proxy.yaml"
-"""Where ``history-proxy init`` writes the starter config without a path."""
+"""Where ``history-proxy init`` writes the starter config without a path (and where commands look first)."""
 
 
 def packaged_config() -> Path:
@@ -30,9 +30,22 @@ def config_path(explicit: str | None) -> tuple[Path, str]:
         return Path(explicit), "--config"
     if env := os.environ.get(CONFIG_ENV):
         return Path(env), f"${CONFIG_ENV}"
+    if Path(STARTER_NAME).is_file():
+        return Path(STARTER_NAME), f"./{STARTER_NAME}"
     if LOCAL_CONFIG.is_file():
         return LOCAL_CONFIG, "./config/default.yaml"
     return packaged_config(), "packaged default"
+
+
+def origin_phrase(origin: str) -> str:
+    """Why a command uses the file :func:`config_path` chose, in words."""
+    if origin.startswith("$"):
+        return f"from {origin}"
+    if origin == f"./{STARTER_NAME}":
+        return "found in the working directory"
+    if origin == "./config/default.yaml":
+        return "the repository's default config"
+    return "the default config packaged with history-proxy; `history-proxy init` writes an editable copy"
 
 
 def missing_hint(path: Path, origin: str) -> str:

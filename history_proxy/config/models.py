@@ -107,7 +107,11 @@ class IdentityConfig(StrictModel):
     role_header: str = "X-Agent-Role"
     agent_header: str = "X-Agent-Name"
     phase_header: str = "X-Agent-Phase"
-    default_role: str = "default"
+    default_role: str = Field(
+        default="default",
+        description="The role of callers without a role header, or with a role not configured; when set, "
+        "it must name a role of policies.roles (check and serve refuse a file where it does not).",
+    )
     completion_tools: list[str] = Field(default_factory=lambda: sorted(DEFAULT_COMPLETION_TOOLS))
 
 

@@ -24,6 +24,7 @@ tokens the request no longer holds at all) and *in an unchanged message* (``evid
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -32,6 +33,7 @@ from history_proxy.core.evidence import kept_share
 from history_proxy.core.evidence_context import REASONS, ContextEvidence, ContextMemo, measure_context
 from history_proxy.core.identity import Identity
 from history_proxy.core.messages import Message
+from history_proxy.core.tokens import TokenCounter
 from history_proxy.errors import ProxyError
 from history_proxy.pipeline.run import Pipeline
 
@@ -62,6 +64,8 @@ class ReplayStep:
     """Of those, the ones the request sent no longer holds."""
     evidence_out_of_context: tuple[str, ...] = ()
     """Of those kept, the ones it holds only in messages the chain changed (a notice, a digest)."""
+    rewrote: bool = False
+    """The chain changed or dropped a message the previous request had sent (the cached prefix broke there)."""
     evidence_context_lost: tuple[tuple[str, str], ...] = ()
     """``(token, reason)`` for each evidence token the request holds without its context, or not at all
     (reason: elided, notice, dropped; docs/cost.md, evidence kept with its context)."""
@@ -252,19 +256,60 @@ def _evidence_fields(evidence: ContextEvidence | None) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class Shaped:
+    """What a chain made of one growing request: the messages it sends and its figures."""
+
+    sent: list[Message]
+    tokens_before: int
+    tokens_after: int
+    chain: list[str]
+    mode: str
+
+
+Shape = Callable[[dict[str, Any]], Awaitable[Shaped]]
+"""Runs the chain on one request body (in this process, or through a running proxy: ``history-proxy demo``)."""
+
+
 async def replay(
     pipeline: Pipeline, body: dict[str, Any], identity: Identity, pricing: Pricing | None = None
 ) -> ReplayResult:
     """Run the chain on every growing request of ``body``'s conversation, priced by ``pricing``
     (default: the routed upstream's pricing model)."""
-    messages = body.get("messages") if isinstance(body, dict) else None
-    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
-        raise ReplayError("the file must be a chat-completions body with a non-empty 'messages' list")
-    model = str(body.get("model") or "")
+    model = str(body.get("model") or "") if isinstance(body, dict) else ""
     upstream = pipeline.config.route(model)[0]
     if pricing is None:
         pricing = pipeline.config.upstreams[upstream].price_model
-    counter = pipeline.tokens.get(model=model)
+
+    async def shape(step: dict[str, Any]) -> Shaped:
+        try:
+            result = await pipeline.run(step, identity, upstream)
+        except ProxyError as exc:
+            raise ReplayError(f"the proxy would answer {exc.status_code}: {exc.message}") from None
+        return Shaped(
+            result.filtered_messages,
+            result.tokens_before,
+            result.tokens_after,
+            result.report["chain"],
+            result.mode,
+        )
+
+    return await replay_through(shape, body, identity.role, pipeline.tokens.get(model=model), pricing)
+
+
+def _checked_messages(body: Any) -> list[Message]:
+    messages = body.get("messages") if isinstance(body, dict) else None
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+        raise ReplayError("the file must be a chat-completions body with a non-empty 'messages' list")
+    return messages
+
+
+async def replay_through(
+    shape: Shape, body: dict[str, Any], role: str, counter: TokenCounter, pricing: Pricing
+) -> ReplayResult:
+    """Every growing request of ``body``'s conversation through ``shape``: tokens, prompt-cache reuse and
+    cost against the same requests unfiltered, and the evidence each kept with its context."""
+    messages = _checked_messages(body)
     billed, unfiltered_billed = CacheSimulator(pricing), CacheSimulator(pricing)
     original_keys: list[str] = []
     original_tokens: list[int] = []
@@ -275,13 +320,11 @@ async def replay(
     memo = ContextMemo()
     for number, end in enumerate(request_ends(messages), start=1):
         try:
-            result = await pipeline.run({**body, "messages": messages[:end]}, identity, upstream)
-        except ProxyError as exc:
-            raise ReplayError(
-                f"request {number} (the first {end} messages): the proxy would answer {exc.status_code}: {exc.message}"
-            ) from None
-        chain, mode = result.report["chain"], result.mode
-        sent = result.filtered_messages
+            result = await shape({**body, "messages": messages[:end]})
+        except ReplayError as exc:
+            raise ReplayError(f"request {number} (the first {end} messages): {exc}") from None
+        chain, mode = result.chain, result.mode
+        sent = result.sent
         keys = [_without_marks(m) for m in sent]
         shared = shared_prefix(previous, keys)
         per_message = [counter.message(m) for m in sent]
@@ -303,8 +346,9 @@ async def replay(
                 cost=priced.cost,
                 unfiltered_cached=plain.cached,
                 unfiltered_cost=plain.cost,
+                rewrote=shared < len(previous),
                 **_evidence_fields(evidence),
             )
         )
         previous = keys
-    return ReplayResult(steps=steps, role=identity.role, chain=chain, mode=mode, pricing=pricing)
+    return ReplayResult(steps=steps, role=role, chain=chain, mode=mode, pricing=pricing)

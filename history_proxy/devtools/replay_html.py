@@ -6,7 +6,9 @@ what the chain does on request 3 as on request 300: unfiltered is the 100 % line
 evidence kept per request (docs/cost.md, evidence kept), a bar for each request whose answer used something read in
 an observation: kept with its context, kept only as a bare token, lost; hovering a bar lists the tokens
 without their context and why. Ticks fall on round values and requests are
-labelled along the x axis. No script, no external resource.
+labelled along the x axis. Dashed orange lines mark the requests where the chain rewrote history the
+previous request had sent; a request dearer than unfiltered (the cache written again there) is labelled
+and explained under the chart. The legends are swatches beside dark text. No script, no external resource.
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ _SERIES: tuple[tuple[str, str, str, Callable[[ReplayStep], float]], ...] = (
     ),
     ("cost", "cost", "#d62728", lambda s: _share(s.cost, s.unfiltered_cost)),
 )
-KEPT, NOTICE, LOST = "#2ca02c", "#b5e3a8", "#d62728"
+KEPT, NOTICE, LOST = "#2ca02c", "#8cc97a", "#d62728"
+ACTED = "#ff7f0e"
+"""The marks where the chain rewrote history the previous request had sent (its cached prefix broke)."""
 
 
 def _share(part: float, whole: float) -> float:
@@ -92,10 +96,66 @@ class _Axes:
         )
 
 
+def acted(steps: list[ReplayStep]) -> list[int]:
+    """The requests where the chain acted on history already sent (an output elided, a turn dropped): the
+    previous request's messages are no longer a prefix, so the provider writes its cache again."""
+    return [s.request for s in steps if s.rewrote]
+
+
+def cost_spike(steps: list[ReplayStep]) -> ReplayStep | None:
+    """The request dearest against the same request unfiltered, when it costs more than unfiltered."""
+    dearest = max(steps, key=lambda s: _share(s.cost, s.unfiltered_cost), default=None)
+    return dearest if dearest is not None and _share(dearest.cost, dearest.unfiltered_cost) > 1.0 else None
+
+
+def _acted_marks(axes: _Axes, steps: list[ReplayStep]) -> str:
+    bottom = axes.height - PAD
+    return "".join(
+        f'<line class="acted" data-request="{r}" x1="{axes.x(r):.1f}" y1="{PAD}" x2="{axes.x(r):.1f}" '
+        f'y2="{bottom}" stroke="{ACTED}" stroke-width="1.5" stroke-dasharray="2 3">'
+        f"<title>request {r}: the chain rewrote history the previous request sent</title></line>"
+        for r in acted(steps)
+    )
+
+
+def _spike_label(axes: _Axes, steps: list[ReplayStep]) -> str:
+    spike = cost_spike(steps)
+    if spike is None:
+        return ""
+    share = _share(spike.cost, spike.unfiltered_cost)
+    x, y = axes.x(spike.request), axes.y(share)
+    anchor = "end" if x > WIDTH / 2 else "start"
+    shift = -8 if anchor == "end" else 8
+    return (
+        f'<text class="spike" x="{x + shift:.1f}" y="{y - 6:.1f}" font-size="11" text-anchor="{anchor}">'
+        f"request {spike.request}: {share * 100:.0f}% (cache written again, see below)</text>"
+    )
+
+
+def _spike_note(steps: list[ReplayStep]) -> str:
+    spike = cost_spike(steps)
+    if spike is None:
+        return ""
+    share = _share(spike.cost, spike.unfiltered_cost)
+    return (
+        f'<p class="note" id="spike-note">Request {spike.request} costs {share * 100:.0f}% of the same request '
+        "unfiltered: there the chain rewrote history the provider had cached, so that request pays to write the "
+        "cache again, while unfiltered would have read it. The requests after it read a smaller prefix from "
+        "the cache; the totals above weigh both. Orange dashed lines mark every request where the chain "
+        "rewrote history already sent.</p>"
+    )
+
+
+def _key(colour: str, label: str, dashed: bool = False) -> str:
+    """A legend entry: a colour swatch beside dark text (coloured text is hard to read on white)."""
+    style = f"border-top:2px dashed {colour};height:0" if dashed else f"background:{colour}"
+    return f'<span class="key"><i style="{style}"></i>{html.escape(label)}</span>'
+
+
 def _cost_chart(steps: list[ReplayStep]) -> str:
     peak = max((fn(s) for s in steps for *_, fn in _SERIES), default=1.0)
     axes = _Axes(len(steps), max(1.0, math.ceil(peak / 0.25) * 0.25), HEIGHT)
-    lines = []
+    lines = [_acted_marks(axes, steps)]
     for key, label, colour, fn in _SERIES:
         points = [(axes.x(s.request), axes.y(fn(s))) for s in steps]
         path = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
@@ -109,7 +169,8 @@ def _cost_chart(steps: list[ReplayStep]) -> str:
             lines.append(f'<g class="dots" data-series="{key}" fill="{colour}">{dots}</g>')
     return (
         f'<svg id="chart" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
-        f'viewBox="0 0 {WIDTH} {HEIGHT}">{axes.draw("share of the same request unfiltered")}{"".join(lines)}</svg>'
+        f'viewBox="0 0 {WIDTH} {HEIGHT}">{axes.draw("share of the same request unfiltered")}{"".join(lines)}'
+        f"{_spike_label(axes, steps)}</svg>"
     )
 
 
@@ -179,15 +240,20 @@ def render_html(result: ReplayResult, title: str) -> str:
     steps = result.steps
     t = result.totals
     flag = ' <b class="dearer">dearer than unfiltered</b>' if result.dearer else ""
-    legend = "".join(
-        f'<span style="color:{colour}">&#9632; {label}</span> ' for _, label, colour, _ in _SERIES
+    legend = (
+        " ".join(_key(colour, label) for _, label, colour, _ in _SERIES)
+        + " "
+        + _key(ACTED, "the chain rewrote history already sent", dashed=True)
     )
     evidence = result_evidence(result)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}
 td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}
-td.lost{{text-align:left;font-family:monospace;max-width:24em}}</style>
+td.lost{{text-align:left;font-family:monospace;max-width:24em}}
+.key{{margin-right:1.2em;color:#222;white-space:nowrap}}
+.key i{{display:inline-block;width:14px;height:10px;margin-right:5px;vertical-align:middle}}
+.note{{max-width:60em;color:#333}}</style>
 </head><body><h1>{html.escape(title)}</h1>
 <p>role <b>{html.escape(result.role)}</b>{" (shadow mode)" if result.mode == "shadow" else ""},
 chain <b>{html.escape(", ".join(result.chain) or "(none)")}</b>: {t["requests"]} requests,
@@ -198,10 +264,9 @@ cacheable prefix.</p>
 (costs in uncached input-token equivalents); {html.escape(evidence)}.</p>
 <p>{legend}</p>
 {_cost_chart(steps)}
-<p><span style="color:{KEPT}">&#9632; evidence kept with its context</span>
-<span style="color:{NOTICE}">&#9632; only the bare token (a notice's fact list)</span>
-<span style="color:{LOST}">&#9632; lost</span>
-(hover a bar for the tokens)</p>
+{_spike_note(steps)}
+<p>{_key(KEPT, "evidence kept with its context")} {_key(NOTICE, "only the bare token (a notice's fact list)")}
+{_key(LOST, "lost")} (hover a bar for the tokens)</p>
 {_evidence_chart(steps)}
 <table><tr><th>request</th><th>messages sent</th><th>unfiltered</th><th>sent</th><th>cacheable prefix</th>
 <th>cached</th><th>billed cached</th><th>uncached</th><th>cost</th><th>cost unfiltered</th>

@@ -80,6 +80,11 @@ class Filter(BaseModel):
     def apply(self, messages: list[Message], ctx: FilterContext) -> list[Message]:
         raise NotImplementedError
 
+    def idle_reason(self, tokens: int, ctx: FilterContext) -> str:
+        """Why this filter changed nothing on a request of ``tokens`` tokens (the report's ``why_unchanged``);
+        each filter says it in its own terms (``not triggered: under budget (812 of 100000 tokens)``)."""
+        return "nothing on this request matched what it removes"
+
     def budget(self, ctx: FilterContext | None = None) -> int | None:
         """The token limit this filter enforces on the request of ``ctx``, if any (reported as
         within_limit / tokens_over); a limit written as a share of the window needs ``ctx``."""

@@ -236,6 +236,13 @@ class LastNObservations(Filter):
     def _sorted(self, tags: TagSet) -> list[str]:
         return sorted(tags)
 
+    def idle_reason(self, tokens: int, ctx: FilterContext) -> str:
+        paying = " or eliding would not yet pay for the prompt-cache rewrite (trigger: cost)"
+        return (
+            f"not triggered: no observation older than the newest {self.n} to elide"
+            f"{paying if self.trigger == 'cost' else ''}"
+        )
+
     def apply(self, messages: list[Message], ctx: FilterContext) -> list[Message]:
         positions = observation_positions(messages)
         result = list(messages)

@@ -70,6 +70,9 @@ class ManagerView(Filter):
         ctx.notes.append("manager_view:phase_unknown")
         return None
 
+    def idle_reason(self, tokens: int, ctx: FilterContext) -> str:
+        return "nothing outside this role's view: every message kept"
+
     def apply(self, messages: list[Message], ctx: FilterContext) -> list[Message]:
         turn = view_turn(messages, self.turns)
         lead, current = turn.lead, turn.start

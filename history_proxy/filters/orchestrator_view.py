@@ -43,6 +43,9 @@ class OrchestratorView(Filter):
     """Which user messages start a new turn: ``every_user`` (default), ``first_user``, ``{pattern: REGEX}``."""
     cache_friendly = "no: the conversation window slides by one message per turn; no knob makes it stable"
 
+    def idle_reason(self, tokens: int, ctx: FilterContext) -> str:
+        return "nothing outside this role's view: every message kept"
+
     def apply(self, messages: list[Message], ctx: FilterContext) -> list[Message]:
         turn = view_turn(messages, self.turns)
         lead, current = turn.lead, turn.start

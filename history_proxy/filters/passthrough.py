@@ -19,5 +19,8 @@ class Passthrough(Filter):
     type: Literal["passthrough"] = "passthrough"
     cache_friendly = "yes: nothing changes"
 
+    def idle_reason(self, tokens: int, ctx: FilterContext) -> str:
+        return "forwards the history unchanged, by design"
+
     def apply(self, messages: list[Message], ctx: FilterContext) -> list[Message]:
         return list(messages)

@@ -60,6 +60,9 @@ class RemoveRegex(Filter):
             text = pattern.sub("", text)
         return text
 
+    def idle_reason(self, tokens: int, ctx: FilterContext) -> str:
+        return "no match"
+
     def apply(self, messages: list[Message], ctx: FilterContext) -> list[Message]:
         result = list(messages)
         for i in range(len(messages) - self.keep_last):

@@ -50,6 +50,10 @@ class SlidingWindow(Filter):
             )
         return self
 
+    def idle_reason(self, tokens: int, ctx: FilterContext) -> str:
+        paying = " or dropping would not yet pay (trigger: cost)" if self.trigger == "cost" else ""
+        return f"not triggered: within window_size ({self.window_size} turns){paying}"
+
     def apply(self, messages: list[Message], ctx: FilterContext) -> list[Message]:
         lead = leading_system_count(messages)
         turns = turn_spans(messages, lead)

@@ -87,6 +87,9 @@ class Summarize(Filter):
         "so consecutive requests keep a byte-identical prefix (summary included) until the next block"
     )
 
+    def idle_reason(self, tokens: int, ctx: FilterContext) -> str:
+        return f"not triggered: no turn older than the newest {self.keep_recent} (summarized {self.step} at a time)"
+
     def apply(self, messages: list[Message], ctx: FilterContext) -> list[Message]:
         """Without the event loop no summary can be written: the fallback (old turns dropped)."""
         lead, turns, span = self._plan(messages)

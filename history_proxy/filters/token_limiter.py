@@ -61,6 +61,9 @@ class TokenLimiter(Filter):
         "prefix until the next block is due; with step 1 the prefix shifts on almost every request"
     )
 
+    def idle_reason(self, tokens: int, ctx: FilterContext) -> str:
+        return f"not triggered: under budget ({tokens} of {self.budget(ctx)} tokens)"
+
     def budget(self, ctx: FilterContext | None = None) -> int | None:
         return resolve_limit(self.limit, ctx)
 

@@ -83,6 +83,9 @@ class ToolCallFilter(Filter):
             return tool_name in self.exclude
         return True
 
+    def idle_reason(self, tokens: int, ctx: FilterContext) -> str:
+        return "no tool call or result to remove"
+
     def apply(self, messages: list[Message], ctx: FilterContext) -> list[Message]:
         kept: list[Message] = []
         for start, stop in group_spans(messages):

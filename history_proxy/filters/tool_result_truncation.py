@@ -152,6 +152,13 @@ class ToolResultTruncation(ToolResultLimits):
         "only when it pays"
     )
 
+    def idle_reason(self, tokens: int, ctx: FilterContext) -> str:
+        paying = " or cutting would not yet pay (trigger: cost)" if self.trigger == "cost" else ""
+        return (
+            f"not triggered: no tool result older than the newest {self.keep_recent} is over "
+            f"{self.max_chars} characters{paying}"
+        )
+
     def apply(self, messages: list[Message], ctx: FilterContext) -> list[Message]:
         if self.trigger == "every":
             return self.truncate_old_results(messages, ctx)

@@ -45,6 +45,9 @@ class Truncate(Filter):
         "prefix until the next block is due; with step 1 the prefix shifts whenever the budget overflows"
     )
 
+    def idle_reason(self, tokens: int, ctx: FilterContext) -> str:
+        return f"not triggered: under budget ({tokens} of {self.budget(ctx)} tokens)"
+
     def budget(self, ctx: FilterContext | None = None) -> int | None:
         return resolve_limit(self.max_tokens, ctx)
 

@@ -77,6 +77,9 @@ class WorkerView(Filter):
     """Which user messages start a new task: ``first_user`` (safe default), ``every_user``, ``{pattern: REGEX}``."""
     cache_friendly = "yes within a turn: the kept prefix only grows until the next task message"
 
+    def idle_reason(self, tokens: int, ctx: FilterContext) -> str:
+        return "nothing outside this role's view: every message kept"
+
     def apply(self, messages: list[Message], ctx: FilterContext) -> list[Message]:
         turn = view_turn(messages, self.turns)
         lead, current, anchor = turn.lead, turn.start, turn.anchor

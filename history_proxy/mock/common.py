@@ -17,9 +17,12 @@ from typing import Any, Protocol
 from starlette.responses import JSONResponse, Response
 
 from history_proxy.core.messages import Message, text_of, tool_calls
+from history_proxy.core.tokens import TokenCounters
 from history_proxy.errors import ProxyError
 from history_proxy.mock.cache import CacheReport, PromptCache
 
+COUNT_CACHE_BYTES = 8 * 1024 * 1024
+"""The most the mock's token-count cache holds, in bytes of strings (its answer states a count)."""
 ROLE_ORDER = ("system", "developer", "user", "assistant", "tool", "function")
 _ERROR_TYPES = {
     400: "invalid_request_error",
@@ -70,8 +73,11 @@ def one_line(text: str, limit: int) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
-def describe_received(messages: list[Message]) -> str:
-    """The mock's ordinary answer: message count, roles, approximate tokens and the last user text."""
+def describe_received(messages: list[Message], tokens: int | None = None) -> str:
+    """The mock's ordinary answer: message count, roles, tokens and the last user text.
+
+    ``tokens``: as the proxy counts them (its ``x-history-tokens-after``); none: ceil(chars / 4).
+    """
     counts: dict[str, int] = {}
     for message in messages:
         role = str(message.get("role"))
@@ -83,7 +89,8 @@ def describe_received(messages: list[Message]) -> str:
         json.dumps(one_line(text_of(users[-1].get("content")), 80), ensure_ascii=False) if users else "(none)"
     )
     return (
-        f"mock: received {len(messages)} messages ({roles}), ~{approximate_tokens(messages)} tokens; "
+        f"mock: received {len(messages)} messages ({roles}), "
+        f"~{approximate_tokens(messages) if tokens is None else tokens} tokens; "
         f"last user: {last_user}"
     )
 
@@ -149,6 +156,11 @@ class MockRoutes:
         self.chunk_delay_s = chunk_delay_s
         self.first_byte_delay_s = first_byte_delay_s
         self.cache = cache or PromptCache()
+        self.counters = TokenCounters(max_bytes=COUNT_CACHE_BYTES)
+
+    def describe(self, messages: list[Message], model: str) -> str:
+        """:func:`describe_received` with the tokens counted as the proxy counts them for ``model``."""
+        return describe_received(messages, self.counters.get(model=model).messages(messages))
 
     async def controlled(self, headers: Mapping[str, str], fail: Fail) -> float | Response:
         """The wait before the first byte, or the answer the request's failure-test headers force.

@@ -37,7 +37,6 @@ from history_proxy.mock.common import (
     MockRoutes,
     approximate_tokens,
     cache_report,
-    describe_received,
     digest_of,
     error_answer,
     split,
@@ -113,7 +112,7 @@ class MockSurfaces(MockRoutes):
                 "status": "completed",
             }
         else:
-            text = describe_received(view)
+            text = self.describe(view, _model(body, "gpt-4o-mini"))
             part = {"type": "output_text", "text": text, "annotations": []}
             item = {
                 "type": "message",
@@ -195,7 +194,10 @@ class MockSurfaces(MockRoutes):
             }
             stop = "tool_use"
         else:
-            block, stop = {"type": "text", "text": describe_received(view)}, "end_turn"
+            block, stop = (
+                {"type": "text", "text": self.describe(view, _model(body, "claude-mock"))},
+                "end_turn",
+            )
         model = _model(body, "claude-mock")
         report = cache_report(self.cache, model, view)
         usage = {  # Anthropic's input_tokens leave out what the cache read and wrote

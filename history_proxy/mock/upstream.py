@@ -15,6 +15,8 @@ Routes (also served without the ``/v1`` prefix, for ``mock://`` upstreams); ``/v
 - ``GET /v1/models``: a few model ids.
 - ``GET /healthz``: 200.
 
+Every answer carries ``x-history-mock: 1`` (:class:`MarkedAsMock`), so nobody mistakes it for a provider's.
+
 Request headers for failure tests: ``x-mock-delay-ms`` (wait before the first byte) and
 ``x-mock-status`` (answer with that error status and an OpenAI error body; 429 and 503 carry
 ``Retry-After: 1``). The answer's content depends only on the request, never on the clock; its
@@ -28,13 +30,16 @@ import asyncio
 import json
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Message as AsgiMessage
 
 from history_proxy.core.messages import Message, call_name, text_of
 from history_proxy.core.summary_input import SUMMARY_PURPOSE
@@ -43,7 +48,6 @@ from history_proxy.mock.common import (
     MockRoutes,
     cache_report,
     calls_of,
-    describe_received,
     digest_of,
     error_answer,
     message_chars,
@@ -55,6 +59,8 @@ from history_proxy.mock.strict import chat_refusal
 
 MOCK_MODELS = ("gpt-4o-mini", "gpt-4o", "gpt-4.1-mini", "claude-sonnet-4-5")
 MAX_SUMMARY_BULLETS = 5
+POST_ONLY = frozenset({"/chat/completions", "/responses", "/messages", "/messages/count_tokens"})
+"""The mock's routes (below ``/v1``) that answer POST only: another method gets a 405."""
 
 
 def summarize_messages(messages: list[Message]) -> str:
@@ -81,8 +87,10 @@ def summarize_messages(messages: list[Message]) -> str:
     return "\n".join(bullets)
 
 
-def _completion(body: dict[str, Any], purpose: str | None) -> tuple[dict[str, Any], str]:
-    """The assistant message for a request and its finish reason."""
+def _completion(
+    body: dict[str, Any], purpose: str | None, describe: Callable[[list[Message]], str]
+) -> tuple[dict[str, Any], str]:
+    """The assistant message for a request and its finish reason (``describe``: the ordinary answer)."""
     messages: list[Message] = body["messages"]
     tool = wants_tool_call(messages, body.get("tools"))
     if tool is not None:
@@ -97,7 +105,7 @@ def _completion(body: dict[str, Any], purpose: str | None) -> tuple[dict[str, An
         instructed = len(messages) > 1 and messages[-1].get("role") == "user"
         content = summarize_messages(messages[:-1] if instructed else messages)
     else:
-        content = describe_received(messages)
+        content = describe(messages)
     return {"role": "assistant", "content": content}, "stop"
 
 
@@ -136,9 +144,11 @@ class MockUpstream(MockRoutes):
         if refused is not None:
             return error_answer(400, refused.message, param=refused.param, code=refused.code)
 
-        reply, finish = _completion(body, request.headers.get("x-history-purpose"))
         named = body.get("model")
         model = named if isinstance(named, str) else MOCK_MODELS[0]
+        reply, finish = _completion(
+            body, request.headers.get("x-history-purpose"), lambda messages: self.describe(messages, model)
+        )
         head = {"id": f"chatcmpl-mock-{digest_of(body)}", "created": int(time.time()), "model": model}
         usage = _usage(cache_report(self.cache, model, body["messages"]), reply)
         if body.get("stream") is True:
@@ -228,6 +238,15 @@ class MockUpstream(MockRoutes):
         return JSONResponse({"status": "ok"})
 
     async def not_found(self, request: Request) -> Response:
+        path = request.url.path.removeprefix("/v1")
+        if path in POST_ONLY:  # as the providers answer another method on these
+            answer = error_answer(
+                405,
+                f"mock: {request.method} {request.url.path} is not served: use POST",
+                code="method_not_allowed",
+            )
+            answer.headers["allow"] = "POST"
+            return answer
         return error_answer(404, f"mock: no route {request.method} {request.url.path}", code="unknown_url")
 
 
@@ -259,4 +278,27 @@ def create_mock_app(
             Route(f"{prefix}/models", mock.models, methods=["GET"]),
         ]
     routes.append(Route("/{path:path}", mock.not_found, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]))
-    return Starlette(routes=routes)
+    return Starlette(routes=routes, middleware=[Middleware(MarkedAsMock)])
+
+
+MOCK_HEADER = (b"x-history-mock", b"1")
+"""On every answer of the mock, so a client (through the proxy, which passes it on) can tell."""
+
+
+class MarkedAsMock:
+    """ASGI middleware: every answer, streamed or not, error or not, carries ``x-history-mock: 1``."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def marked(message: AsgiMessage) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), MOCK_HEADER]}
+            await send(message)
+
+        await self.app(scope, receive, marked)

@@ -83,6 +83,8 @@ def request_id_for(headers: Mapping[str, str]) -> str:
 
 
 _EMPTY: dict[str, Any] = {}
+ERROR_CHARS = 200
+"""How much of a refusal's message the access line keeps."""
 _NO_RESULT: dict[str, Any] = dict.fromkeys(
     (
         "mode",
@@ -138,6 +140,8 @@ class Exchange:
     """The input and prompt-cache tokens the upstream reported, when it did."""
     overflow_retry: int | None = None
     """The token budget a request refused as too long was fitted to and sent again with."""
+    error: str | None = None
+    """Why the proxy refused the request itself (``invalid_json: the request body is not valid JSON ...``)."""
     trace: Any = None
     """The model call's spans (:class:`history_proxy.observability.spans.RequestTrace`) when telemetry is on."""
 
@@ -176,6 +180,11 @@ class Exchange:
     def refitted(self, budget: int) -> None:
         """The upstream refused the request as too long; it was fitted to ``budget`` tokens and sent again."""
         self.overflow_retry = budget
+
+    def refused(self, code: str | None, message: str) -> None:
+        """The proxy answered an error of its own: its code and the start of its message, for the access line."""
+        cut = message if len(message) <= ERROR_CHARS else message[: ERROR_CHARS - 3] + "..."
+        self.error = f"{code}: {cut}" if code else cut
 
     def answer_started(self, upstream: str, attempts: int, status: int) -> None:
         """The upstream that answered, after how many attempts, and its status."""
@@ -293,6 +302,8 @@ class Exchange:
         fields["total_ms"] = round((now - self.started) * 1000, 2)
         if self.trace is not None:  # joins the line to its trace
             fields["trace_id"] = self.trace.trace_id
+        if self.error is not None:  # the proxy's own words to the client, key-shaped strings redacted
+            fields["error"] = redact(self.error, secrets)
         if self.body is not None:
             fields["body"] = redact(self.body, secrets)
         return fields

@@ -171,6 +171,8 @@ def access_summary(fields: dict[str, Any]) -> str:
         parts.append(f"failed={fields['failed_filter']}")
     if fields.get("notes"):
         parts.append("notes " + ",".join(fields["notes"]))
+    if fields.get("error"):
+        parts.append(f"error {fields['error']}")
     if fields.get("overhead_ms") is not None:
         parts.append(f"overhead {fields['overhead_ms']}ms")
     parts.append(f"total {fields.get('total_ms')}ms id={fields.get('request_id')}")

@@ -7,8 +7,6 @@ import re
 from history_proxy.pipeline.run import PipelineResult
 
 _HEADER_UNSAFE = re.compile(r"[^\x20-\x7e]")
-NOT_FILTER_NOTES = ("identity:", "history_at_provider:", "refetch:")
-"""Notes about the request, not about a filter: in ``x-history-notes`` only."""
 
 
 def _header_value(value: object) -> str:
@@ -21,8 +19,8 @@ def _header_value(value: object) -> str:
 def history_headers(result: PipelineResult, role: str) -> dict[str, str]:
     """The ``x-history-*`` headers describing what the chain did."""
     notes: list[str] = result.report.get("notes", [])
-    # a filter's own notes (``summarize:fallback``) also follow the chain in x-history-filters, as before
-    applied = [*result.applied, *(note for note in notes if not note.startswith(NOT_FILTER_NOTES))]
+    # filter type names only: every note, a filter's own (``summarize:fallback``) too, is in x-history-notes
+    applied = list(result.applied)
     if result.failed_filter:
         applied.append(f"failed:{result.failed_filter}")
     headers = {

@@ -50,6 +50,8 @@ class FilterOutcome:
     messages_removed: int
     tokens_removed: int
     ms: float
+    why_unchanged: str | None = None
+    """When the filter changed nothing: why, in its own terms (:meth:`Filter.idle_reason`)."""
 
 
 @dataclass
@@ -203,7 +205,8 @@ class Pipeline:
             try:
                 result = await self._apply(filter_, messages, ctx)
                 # a filter that changed nothing hands back the same objects: the same count
-                tokens_after = tokens_now if _same_messages(result, messages) else counter.messages(result)
+                same = _same_messages(result, messages)
+                tokens_after = tokens_now if same else counter.messages(result)
             except Exception as exc:
                 # a filter fed an invalid list by an earlier one: the chain stops at the earlier one
                 failed = self._invalid_output(original, outputs, chain, mode) or self._raised(
@@ -217,6 +220,7 @@ class Pipeline:
                     messages_removed=len(messages) - len(result),
                     tokens_removed=tokens_now - tokens_after,
                     ms=round((time.perf_counter() - t0) * 1000, 3),
+                    why_unchanged=filter_.idle_reason(tokens_now, ctx) if same else None,
                 )
             )
             outputs.append(result)
@@ -335,7 +339,12 @@ class Pipeline:
         resolved: _Resolved,
         failed: str | None,
     ) -> dict[str, Any]:
-        filters = [o.__dict__ for o in outcomes]
+        filters = [
+            o.__dict__
+            if o.why_unchanged is not None
+            else {k: v for k, v in o.__dict__.items() if v is not None}
+            for o in outcomes
+        ]
         report = report_head(identity, ctx.model, ctx.upstream, list(resolved.names), before, after, filters)
         limits = [b for f in resolved.budgeted if (b := _budget(f, ctx)) is not None]
         if limits:

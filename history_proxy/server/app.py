@@ -181,6 +181,7 @@ class _Proxy(Forwarder):
             self.metrics.observe_filter_failure(exc.filter_type)
             log.error("filter %s at %s failed (request %s)", exc.filter_type, exc.position, request_id)
         if exchange is not None:
+            exchange.refused(exc.code or exc.error_type, exc.message)
             self.finish(exchange, exc.status_code)
         return error_answer(exc, request_id, error_shape_of(route_path(scope)))
 

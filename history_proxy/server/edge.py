@@ -21,9 +21,9 @@ from starlette.datastructures import URL
 from starlette.requests import ClientDisconnect, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from history_proxy.errors import OPENAI, InvalidRequestError, ProxyError, render_error
+from history_proxy.errors import OPENAI, InvalidRequestError, MethodNotAllowedError, ProxyError, render_error
 from history_proxy.observability.access import Exchange
-from history_proxy.server.doors import normalise
+from history_proxy.server.doors import PREVIEW_ROUTE, canonical, normalise
 from history_proxy.surfaces.table import BY_ROUTE, Surface
 from history_proxy.upstream.reply import UpstreamReply
 
@@ -256,7 +256,18 @@ class Edge:
             surface = BY_ROUTE.get(route_path(scope)) if scope["method"] == "POST" else None
             if surface is None:
                 check_path(scope)
-                surface = BY_ROUTE.get(normalise(scope, route_path(scope)))
+                route = route_path(scope)
+                if scope["method"] != "POST":
+                    # another method on a shaped route is the upstream's to answer (OpenAI lists stored
+                    # chat completions on GET), forwarded as any other path; the preview is ours: 405
+                    if canonical(route) == PREVIEW_ROUTE:
+                        raise MethodNotAllowedError(
+                            f"{scope['method']} {PREVIEW_ROUTE} is not served: POST the request body to preview",
+                            allow="POST",
+                        )
+                    surface = None
+                else:
+                    surface = BY_ROUTE.get(normalise(scope, route))
             if surface is not None:
                 await self._shaped(scope, receive, send, surface)
             else:

@@ -159,6 +159,16 @@ def authorize_admin(config: Config, headers: Mapping[str, str]) -> str:
     return str(tenant)
 
 
+HANGUP_ENV = "HISTORY_PROXY_SIGHUP"
+"""``stop``: SIGHUP means the terminal ``serve`` runs in has closed, so the server stops (``serve`` sets it
+when started from a terminal with one process); otherwise SIGHUP reloads the config, as daemons do."""
+
+
+def _stop_on_hangup() -> None:
+    log.info("SIGHUP: the terminal closed; stopping (a server started without a terminal reloads instead)")
+    os.kill(os.getpid(), signal.SIGTERM)  # uvicorn's graceful shutdown
+
+
 @contextlib.contextmanager
 def reload_on_sighup(reloader: Reloader) -> Iterator[bool]:
     """Reload on ``SIGHUP`` inside the block; yields whether a handler was installed.
@@ -174,6 +184,9 @@ def reload_on_sighup(reloader: Reloader) -> Iterator[bool]:
     running: set[asyncio.Task[None]] = set()
 
     def on_sighup() -> None:
+        if os.environ.get(HANGUP_ENV) == "stop":
+            _stop_on_hangup()
+            return
         log.info("SIGHUP: reloading the config from %s", reloader.path)
         task = loop.create_task(reloader.reload_logged(), name="history-proxy reload")
         running.add(task)

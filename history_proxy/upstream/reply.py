@@ -201,6 +201,7 @@ def transport_error(upstream: str, exc: httpx.HTTPError, *, mid_stream: bool = F
         )
     if isinstance(exc, httpx.RemoteProtocolError | TLSVerificationError):
         return UpstreamUnavailableError(f"upstream {upstream!r} failed{when}: {exc}")
+    hint = "" if mid_stream else "; offline, `history-proxy serve --mock` answers from the built-in mock"
     return UpstreamUnavailableError(
-        f"upstream {upstream!r} is unreachable or reset the connection{when} ({type(exc).__name__})"
+        f"upstream {upstream!r} is unreachable or reset the connection{when} ({type(exc).__name__}){hint}"
     )

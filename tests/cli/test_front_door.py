@@ -13,7 +13,7 @@ import pytest
 from history_proxy.cli import main
 from history_proxy.config.loading import load_config
 from history_proxy.config.locate import CONFIG_ENV, config_path, packaged_config
-from tests.support.serve_process import offline_env
+from tests.support.serve_process import free_port, offline_env
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -156,4 +156,149 @@ def test_check_without_a_path_checks_the_config_serve_would_use(
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv(CONFIG_ENV, raising=False)
     status, out, _ = run(capsys, "check")
-    assert status == 0 and out.startswith(f"{packaged_config()}: ok: ")
+    assert status == 0 and out.startswith(f"config {packaged_config()} (the default config packaged with")
+    assert ": ok: " in out
+
+
+def test_the_file_init_wrote_is_the_one_check_preview_and_serve_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """M1: ``init`` writes ./history-proxy.yaml; the commands without --config look there first, and say so."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(CONFIG_ENV, raising=False)
+    assert run(capsys, "init")[0] == 0
+    mine = tmp_path / "history-proxy.yaml"
+    mine.write_text(mine.read_text().replace("roles:\n", "roles:\n    mine: [{type: passthrough}]\n", 1))
+    assert config_path(None) == (Path("history-proxy.yaml"), "./history-proxy.yaml")
+    status, out, _ = run(capsys, "check")
+    assert status == 0 and out.startswith("config history-proxy.yaml (found in the working directory): ok:")
+    assert "mine(1)" in out
+    body = tmp_path / "body.json"
+    body.write_text('{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}')
+    status, out, err = run(capsys, "preview", "--role", "mine", str(body))
+    assert status == 0 and "config history-proxy.yaml (found in the working directory)" in err
+    assert '"role": "mine"' in out
+    (tmp_path / "config").mkdir()  # a clone's config/default.yaml comes after it
+    (tmp_path / "config" / "default.yaml").write_text("upstreams: {m: {base_url: 'mock://'}}\n")
+    assert config_path(None)[0] == Path("history-proxy.yaml")
+
+
+def test_serve_names_the_file_it_uses(tmp_path: Path) -> None:
+    (tmp_path / "history-proxy.yaml").write_text(
+        "upstreams: {m: {base_url: 'mock://'}}\npolicies: {roles: {default: []}}\n"
+    )
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "history_proxy", "serve", "--port", str(port)],
+        cwd=tmp_path,
+        env=offline_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    with process:  # closes its stdout too
+        try:
+            assert process.stdout is not None
+            line = process.stdout.readline()
+        finally:
+            process.terminate()
+            process.wait(timeout=20)
+    assert "config history-proxy.yaml (found in the working directory)" in line, line
+    assert "m = built-in mock (key: none)" in line
+
+
+DEFAULT_ROLE_NAMING_NOTHING = """\
+upstreams: {m: {base_url: 'mock://'}}
+identity: {default_role: reviewer}
+policies: {roles: {worker: [{type: worker_view}]}}
+"""
+
+
+def test_a_default_role_naming_no_role_is_refused_by_check_and_serve(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """M2: requests without a role would run only the global chain; check and serve say so instead."""
+    path = tmp_path / "c.yaml"
+    path.write_text(DEFAULT_ROLE_NAMING_NOTHING)
+    expected = "identity.default_role: 'reviewer' names no role in policies.roles (roles: worker)"
+    status, _, err = run(capsys, "check", str(path))
+    assert status == 1 and expected in err
+    status, _, err = run(capsys, "serve", "--config", str(path), "--port", "1")
+    assert status == 1 and expected in err
+    path.write_text(DEFAULT_ROLE_NAMING_NOTHING.replace("default_role: reviewer", "default_role: worker"))
+    assert run(capsys, "check", str(path))[0] == 0
+
+
+def test_the_port_hint_under_make_names_port(tmp_path: Path) -> None:
+    """L6: under ``make run`` the port is chosen with PORT=, not --port."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "history_proxy", "serve", "--mock", "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+            env=offline_env(MAKELEVEL="1"),
+        )
+    assert done.returncode == 1 and "pick another with make run PORT=9000" in done.stderr
+
+
+def test_closing_the_terminal_stops_serve_so_the_port_is_free_again(tmp_path: Path) -> None:
+    """L4: `make run` in a terminal that closes gets SIGHUP; from a terminal that stops the server
+    (without a terminal, SIGHUP still reloads the config: tests/server/test_reload.py)."""
+    if not hasattr(os, "openpty"):
+        pytest.skip("no pseudo-terminals on this platform")
+    import signal
+    import time
+
+    import httpx
+
+    port = free_port()
+    primary, secondary = os.openpty()
+    log = tmp_path / "serve.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "history_proxy", "serve", "--mock", "--port", str(port)],
+            stdin=secondary,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            env=offline_env(),
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        process.send_signal(signal.SIGHUP)
+        assert process.wait(timeout=30) in (0, -signal.SIGTERM), log.read_text()  # uvicorn re-raises it
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+        os.close(primary)
+        os.close(secondary)
+    assert "SIGHUP: the terminal closed; stopping" in log.read_text()
+    with socket.socket() as again:
+        again.bind(("127.0.0.1", port))
+
+
+def test_replay_tool_loops_names_the_files_it_skips(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """L8: `replay --tool-loops N` says which files it left out, on stderr (stdout stays the table)."""
+    loop = REPO / "tests" / "corpus" / "tau-bench-airline-task9-trial2.json"
+    short = tmp_path / "short.json"
+    short.write_text('{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}')
+    status, out, err = run(capsys, "replay", "--tool-loops", "12", "--role", "worker", str(loop), str(short))
+    assert status == 0 and "tau-bench-airline-task9-trial2.json" in out
+    assert (
+        "replay: skipped 1 of 2 files, not tool loops of 12 messages or more with a tool call: short.json"
+        in err
+    )

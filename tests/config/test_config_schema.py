@@ -57,6 +57,7 @@ REJECTED: list[dict[str, Any]] = [
 ]
 # What JSON Schema cannot say: names that must refer to other parts of the file. check rejects these.
 CROSS_REFERENCES: list[dict[str, Any]] = [
+    {"identity": {"default_role": "nobody"}, "policies": {"roles": {"w": [{"type": "worker_view"}]}}},
     {"routes": [{"model": "x", "upstream": "nowhere"}]},
     {"auth": {"keys": [{"key": "k", "tenant": "t", "upstreams": ["nowhere"]}]}},
     {"admin": {"tenants": ["ops"]}},

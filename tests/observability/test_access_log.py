@@ -178,6 +178,13 @@ async def test_errors_before_the_chain_still_write_a_line(
     bad_json, bad_key = access_lines(caplog)
     assert (bad_json["status"], bad_json["role"], bad_json["tokens_before"]) == (400, "worker", None)
     assert (bad_key["status"], bad_key["role"]) == (401, None)
+    # L7: a refusal says why, in the JSON line and the text one
+    assert bad_json["error"].startswith(
+        "invalid_json: the request body is not valid JSON (Expecting property"
+    )
+    assert bad_key["error"] == "invalid_api_key: unknown proxy key", "the key itself never"
+    record = next(r for r in caplog.records if r.name == "history_proxy.access")
+    assert "error invalid_json: the request body is not valid JSON" in TextFormatter().format(record)
 
 
 async def test_text_format_is_one_readable_line_per_request(

@@ -605,17 +605,18 @@ def test_the_factory_refuses_a_bad_config_with_located_errors(
 
 
 @pytest.mark.parametrize(
-    ("role", "note", "sent_role", "sent_filters"),
+    ("role", "note", "sent_role", "sent_notes"),
     [
-        ("worker", "trimmed to 4 messages ~", "worker", "passthrough,trimmed to 4 messages ~"),
-        ("r\u00f4le", "caf\u00e9\u2014ok", "r?le", "passthrough,caf??ok"),
-        ("a\tb\x7fc", "line\nbreak\r", "a?b?c", "passthrough,line?break?"),
+        ("worker", "trimmed to 4 messages ~", "worker", "trimmed to 4 messages ~"),
+        ("r\u00f4le", "caf\u00e9\u2014ok", "r?le", "caf??ok"),
+        ("a\tb\x7fc", "line\nbreak\r", "a?b?c", "line?break?"),
     ],
 )
 def test_history_headers_carry_only_printable_ascii(
-    role: str, note: str, sent_role: str, sent_filters: str
+    role: str, note: str, sent_role: str, sent_notes: str
 ) -> None:
     result = PipelineResult(body={}, report={"notes": [note]}, applied=["passthrough"], tokens_before=9)
     headers = history_headers(result, role)
-    assert headers["x-history-role"] == sent_role and headers["x-history-filters"] == sent_filters
+    assert headers["x-history-role"] == sent_role and headers["x-history-notes"] == sent_notes
+    assert headers["x-history-filters"] == "passthrough", "a note is never among the filter names (L3)"
     assert headers["x-history-tokens-before"] == "9" and headers["x-history-mode"] == "enforce"

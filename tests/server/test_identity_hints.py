@@ -20,7 +20,7 @@ pytestmark = pytest.mark.anyio
 @asynccontextmanager
 async def default_proxy() -> AsyncIterator[httpx.AsyncClient]:
     """The shipped default config, answered by the built-in mock (no API key in the environment)."""
-    app = create_app(load_config(DEFAULT_CONFIG_PATH, env={}))
+    app = create_app(load_config(DEFAULT_CONFIG_PATH, env={"HISTORY_PROXY_MOCK": "1"}))
     async with (
         app.router.lifespan_context(app),
         httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy") as client,

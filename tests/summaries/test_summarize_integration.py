@@ -158,7 +158,9 @@ async def test_a_failing_summary_call_still_sends_the_request_with_the_old_turns
         with caplog.at_level(logging.WARNING, logger="history_proxy.summarize"):
             response = await post(client, request_for(6))
         metrics = (await client.get("/metrics")).text
-    assert response.headers["x-history-filters"] == "summarize,summarize:fallback"
+    # L3: the note is a note, not a filter name
+    assert response.headers["x-history-filters"] == "summarize"
+    assert "summarize:fallback" in response.headers["x-history-notes"].split(",")
     (sent,) = [json.loads(r.content)["messages"] for r in upstream.chat_requests]
     assert [m["content"] for m in sent if m["role"] == "user"] == ["question 4", "question 5", "question 6"]
     assert sent[0] == {"role": "system", "content": "You plan trips."}
@@ -171,7 +173,7 @@ async def test_the_default_config_summarizes_for_the_planner_role_offline_throug
 ) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    config = load_config(DEFAULT_CONFIG_PATH, env={})
+    config = load_config(DEFAULT_CONFIG_PATH, env={"HISTORY_PROXY_MOCK": "1"})
     async with serve(config) as client:
         first = await post(client, request_for(9))
         preview = await client.post(

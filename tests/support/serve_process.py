@@ -26,12 +26,23 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def offline_env() -> dict[str, str]:
-    """The test's environment without any upstream key or URL, so nothing real is ever called."""
-    env = dict(os.environ)
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "HISTORY_PROXY_CONFIG"):
-        env.pop(name, None)
-    return env
+UPSTREAM_VARIABLES = (
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "OPENAI_UPSTREAM_URL",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_UPSTREAM_URL",
+    "HISTORY_PROXY_CONFIG",
+    "HISTORY_PROXY_MOCK",
+)
+"""What the default config reads (keys, URLs, the mock switch): never inherited by a test's server."""
+
+
+def offline_env(**extra: str) -> dict[str, str]:
+    """The test's environment without any upstream key or URL, plus ``extra``. The default config then
+    reaches the real providers, so a test serving it passes ``--mock`` (or sets its URLs to local ones)."""
+    env = {k: v for k, v in os.environ.items() if k not in UPSTREAM_VARIABLES}
+    return {**env, **extra}
 
 
 @dataclass
@@ -72,13 +83,14 @@ class Server:
                 self.process.wait(timeout=10)
 
 
-def start(*args: str, log: Path, ready_path: str) -> Iterator[Server]:
+def start(*args: str, log: Path, ready_path: str, env: dict[str, str] | None = None) -> Iterator[Server]:
+    """``python -m history_proxy ARGS --port P`` in the repository, ``env`` added to :func:`offline_env`."""
     port = free_port()
     with log.open("wb") as sink:
         process = subprocess.Popen(
             [sys.executable, "-m", "history_proxy", *args, "--port", str(port)],
             cwd=REPO,
-            env=offline_env(),
+            env=offline_env(**(env or {})),
             stdout=sink,
             stderr=subprocess.STDOUT,
         )
@@ -96,8 +108,7 @@ def serving(path: Path, tmp_path: Path, *options: str) -> Iterator[tuple[str, su
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    hidden = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "HISTORY_PROXY_CONFIG", "PROMETHEUS_MULTIPROC_DIR")
-    env = {k: v for k, v in os.environ.items() if k not in hidden}
+    env = {k: v for k, v in offline_env().items() if k != "PROMETHEUS_MULTIPROC_DIR"}
     log = (tmp_path / "serve.log").open("wb")
     command = [
         sys.executable,

@@ -23,6 +23,7 @@ def default_config(**extra: Any) -> Config:
     """``config/default.yaml`` with its upstream the in-process mock."""
     raw = yaml.safe_load((REPO / "config" / "default.yaml").read_text(encoding="utf-8"))
     raw["upstreams"] = {"mock": {"base_url": "mock://", **extra}}
+    raw["routes"] = []  # its claude-* route names the anthropic upstream replaced here
     return Config.model_validate(raw)
 
 

@@ -74,7 +74,7 @@ def test_the_fixture_is_a_real_codex_tool_loop_with_reasoning() -> None:
 
 def preview(body: dict[str, Any], role: str) -> dict[str, Any]:
     async def go() -> httpx.Response:
-        app = create_app(load_config(REPO / "config" / "default.yaml"))
+        app = create_app(load_config(REPO / "config" / "default.yaml", env={"HISTORY_PROXY_MOCK": "1"}))
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as client:

@@ -117,7 +117,7 @@ def preview(body: Any, role: str, path: str = "/v1/history/preview") -> httpx.Re
     """``body`` posted to the app on the default config (JSON, or raw bytes as they are)."""
 
     async def go() -> httpx.Response:
-        app = create_app(load_config(REPO / "config" / "default.yaml"))
+        app = create_app(load_config(REPO / "config" / "default.yaml", env={"HISTORY_PROXY_MOCK": "1"}))
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as client:
