@@ -289,6 +289,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="interface to bind (default: 127.0.0.1)")
     serve.add_argument("--port", type=_port, default=8080, help="port to bind (default: 8080)")
     serve.add_argument("--workers", type=_positive, default=1, help="worker processes (default: 1)")
+    serve.add_argument(
+        "--allow-anonymous",
+        action="store_true",
+        help="serve without auth.keys on a non-loopback host even though an upstream has its own api_key",
+    )
     serve.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="(default: info)")
     serve.add_argument(
         "--log-format",

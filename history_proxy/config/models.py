@@ -128,6 +128,10 @@ class ProxyKey(StrictModel):
 class AuthConfig(StrictModel):
     keys: list[ProxyKey] = Field(default_factory=list)
     """Proxy keys; with none configured the proxy is open."""
+    allow_anonymous: bool = False
+    """Serve without proxy keys on a non-loopback address while an upstream has a server-side
+    ``api_key`` (anyone who reaches the port spends that key): ``serve`` refuses to start so unless
+    this, ``--allow-anonymous`` or ``HISTORY_PROXY_ALLOW_ANONYMOUS=1`` says it is meant."""
 
 
 class AdminConfig(StrictModel):
