@@ -22,6 +22,8 @@ from history_proxy.config.loading import ConfigError, load_config
 from history_proxy.config.locate import CONFIG_ENV, config_path, missing_hint
 from history_proxy.config.models import Config
 
+WORKERS_ENV = "HISTORY_PROXY_WORKERS"
+"""Read by :mod:`history_proxy.server.inflight`, which shares the container's memory among the workers."""
 APP_FACTORY = "history_proxy.server.app:app_from_env"
 
 
@@ -139,6 +141,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from history_proxy.server.protocol import bounded_http
 
     os.environ[CONFIG_ENV] = str(config_file.resolve())
+    os.environ[WORKERS_ENV] = str(args.workers)  # the processes sharing the memory limit (inflight bytes)
     if args.workers > 1:  # an admin reload in one worker restarts them all through this process
         from history_proxy.server.reload import SUPERVISOR_ENV
 
