@@ -498,7 +498,12 @@ def test_the_telemetry_section_is_strict_and_in_the_schema() -> None:
         parse_config({"upstreams": upstreams, "telemetry": {"sample_ratio": 2}}, env={})
     properties = json_schema()["$defs"]["TelemetryConfig"]["properties"]
     assert set(properties) == {
-        "enabled", "endpoint", "service_name", "sample_ratio", "capture_content", "capture_content_chars",
+        "enabled",
+        "endpoint",
+        "service_name",
+        "sample_ratio",
+        "capture_content",
+        "capture_content_chars",
         "max_queue_bytes",
     }
     assert parse_config({"upstreams": upstreams}, env={}).telemetry.enabled is False
