@@ -131,11 +131,11 @@ class InflightBytes:
         return self._sized
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not limited(route_path(scope)):
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         budget = self.budget(scope["state"]["serving"].config.limits)
-        if budget is None:
+        if budget is None or not limited(route_path(scope)):  # no budget: one attribute test a request
             await self.app(scope, receive, send)
             return
         surface = error_shape_of(route_path(scope))
