@@ -1,13 +1,14 @@
 """The bytes of request bodies in flight, bounded for the whole process (``limits.max_inflight_bytes``).
 
-Every request under ``/v1/`` holds its body from the first byte read until its answer is complete:
-the raw bytes, the parsed body (about twice as much again), the filtered body sent upstream. 256
+Every request under ``/v1/`` holds its body from the first byte read until its answer starts: the
+raw bytes, the parsed body (about twice as much again), the filtered body sent upstream. 256
 concurrent requests of 32 MiB would need gigabytes, and a replica given 768 MiB is killed with every
 tenant's streams on it. :class:`InflightBytes` sits inside the guard (after the doors named the
 route) and counts each request's ``Content-Length`` before its body is read, and the bytes of a
 chunked body as they arrive; a request that would take the process past the budget is answered at
 once, in its surface's shape: ``503`` (OpenAI's ``server_error``) or ``529`` (Anthropic's
-``overloaded_error``), with ``Retry-After``. Its bytes are given back when the request ends.
+``overloaded_error``), with ``Retry-After``. Its bytes are given back once its answer starts (by
+then its body, parsed and encoded, is freed: a stream holds only its relay's buffers) or it ends.
 
 Without ``limits.max_inflight_bytes`` the budget is sized from the container's memory limit
 (cgroup v2 ``memory.max``, or v1 ``memory.limit_in_bytes``) when one is set
@@ -97,6 +98,50 @@ def _declared(scope: Scope) -> int:
     return 0
 
 
+class _Hold:
+    """One request's bytes in the budget: its ``Content-Length`` from admission (more as a chunked
+    body arrives), given back once its answer starts (the body and its parsed form are gone by then,
+    only the relay's buffers remain) or when it ends, whichever comes first."""
+
+    def __init__(self, owner: InflightBytes, budget: int, surface: str, declared: int) -> None:
+        self.owner = owner
+        self.budget = budget
+        self.surface = surface
+        self.taken = declared
+        self.read = 0
+        self.released = False
+
+    def fits(self, more: int) -> bool:
+        return self.owner.held + more <= self.budget
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            self.owner.held -= self.taken
+
+    def receiving(self, receive: Receive) -> Receive:
+        async def counted() -> Message:
+            message = await receive()
+            if message["type"] == "http.request" and not self.released:
+                self.read += len(message.get("body", b""))
+                if self.read > self.taken:  # a chunked body (or one longer than declared) takes what it reads
+                    if not self.fits(self.read - self.taken):
+                        raise BusyError(self.owner._message(self.budget), self.surface)
+                    self.owner.held += self.read - self.taken
+                    self.taken = self.read
+            return message
+
+        return counted
+
+    def sending(self, send: Send) -> Send:
+        async def started(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                self.release()
+            await send(message)
+
+        return started
+
+
 class InflightBytes:
     """ASGI middleware: the process's budget of request body bytes in flight (see the module)."""
 
@@ -139,30 +184,15 @@ class InflightBytes:
             await self.app(scope, receive, send)
             return
         surface = error_shape_of(route_path(scope))
-        taken = _declared(scope)
-        if self.held + taken > budget:
+        hold = _Hold(self, budget, surface, _declared(scope))
+        if not hold.fits(hold.taken):
             await self._refuse(scope, receive, send, self._message(budget), surface)
             return
-        self.held += taken
-
-        read = 0
-
-        async def counted() -> Message:
-            nonlocal taken, read
-            message = await receive()
-            if message["type"] == "http.request":
-                read += len(message.get("body", b""))
-                if read > taken:  # a chunked body (or one longer than declared) takes what it reads
-                    if self.held + read - taken > budget:
-                        raise BusyError(self._message(budget), surface)
-                    self.held += read - taken
-                    taken = read
-            return message
-
+        self.held += hold.taken
         try:
-            await self.app(scope, counted, send)
+            await self.app(scope, hold.receiving(receive), hold.sending(send))
         finally:
-            self.held -= taken
+            hold.release()
 
     def _message(self, budget: int) -> str:
         return (

@@ -91,6 +91,21 @@ async def test_a_chunked_body_is_counted_as_it_arrives() -> None:
         assert (await client.post(f"{url}/v1/chat/completions", json=chat(1000))).status_code == 200
 
 
+async def test_a_stream_gives_its_bytes_back_once_its_answer_started() -> None:
+    async with (
+        FaultUpstream(default="trickle") as upstream,
+        serving(config(upstream.base_url, max_inflight_bytes=3 * MIB)) as url,
+        httpx.AsyncClient(timeout=20) as client,
+        client.stream("POST", f"{url}/v1/chat/completions", json=chat(2 * MIB)) as streaming,
+    ):
+        assert streaming.status_code == 200
+        assert await anext(streaming.aiter_raw())  # the answer started: the body is gone
+        upstream.default = "ok"
+        second = await client.post(f"{url}/v1/chat/completions", json=chat(2 * MIB))
+        assert second.status_code == 200, second.text
+        upstream.release.set()
+
+
 def test_the_container_memory_limit_is_read_from_cgroup_v2_or_v1(tmp_path: Path) -> None:
     v2, v1 = tmp_path / "memory.max", tmp_path / "memory.limit_in_bytes"
     assert container_memory_limit((v2, v1)) is None  # neither file: not in a container
