@@ -97,7 +97,7 @@ def check_exposure(config: Config, host: str, allow_anonymous: bool) -> None:
         return
     if os.environ.get(ALLOW_ANONYMOUS_ENV, "").strip().lower() in ("1", "true", "yes"):
         return
-    keyed = [name for name, upstream in config.upstreams.items() if upstream.key is not None]
+    keyed = [name for name, u in config.upstreams.items() if u.key is not None and not u.is_mock]
     if not keyed or _loopback_only(host):
         return
     raise CommandError(
