@@ -1,7 +1,9 @@
 # history-proxy: `docker build -t history-proxy .` (or `podman build`), then
-# `docker run --read-only --tmpfs /tmp -p 8080:8080 history-proxy` forwards to OpenAI and Anthropic with
-# the client's key (`-e OPENAI_API_KEY=...`: the server's), `-e HISTORY_PROXY_MOCK=1` answers from the
-# built-in mock, and `-v $PWD/my-config.yaml:/config/config.yaml:ro` serves your own config.
+# `docker run --read-only --tmpfs /tmp -p 127.0.0.1:8080:8080 history-proxy` forwards to OpenAI and
+# Anthropic with the client's key, `-e HISTORY_PROXY_MOCK=1` answers from the built-in mock, and
+# `-e OPENAI_API_KEY=... -e TEAM_KEY -v $PWD/my-config.yaml:/config/config.yaml:ro` serves your own config
+# with the server's key, which needs auth.keys (or auth.allow_anonymous: true): with an upstream key and no
+# proxy keys, `serve` on HOST=0.0.0.0 refuses to start rather than spend the key for anyone (docs/operations.md).
 # Debian's own Python on Debian's slim base: CI builds this same file from a base it makes with
 # `debootstrap --variant=minbase bookworm` (tagged debian:bookworm-slim, `--pull=never`; docs/operations.md).
 ARG BASE=debian:bookworm-slim

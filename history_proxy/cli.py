@@ -321,20 +321,18 @@ def _non_negative(text: str) -> float:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of every subcommand."""
-    parser = argparse.ArgumentParser(
-        prog="history-proxy",
-        description="OpenAI-compatible reverse proxy that shapes each agent's conversation history in flight.",
-    )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
+def _add_serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The ``serve`` subcommand and its options."""
     serve = commands.add_parser("serve", help="serve the proxy", description="Serve the proxy.")
     serve.add_argument("--config", metavar="PATH", help=f"config file (default: {CONFIG_DEFAULTS})")
     serve.add_argument("--host", default="127.0.0.1", help="interface to bind (default: 127.0.0.1)")
     serve.add_argument("--port", type=_port, default=8080, help="port to bind (default: 8080)")
     serve.add_argument("--workers", type=_positive, default=1, help="worker processes (default: 1)")
+    serve.add_argument(
+        "--allow-anonymous",
+        action="store_true",
+        help="serve without auth.keys on a non-loopback host even though an upstream has its own api_key",
+    )
     serve.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="(default: info)")
     serve.add_argument(
         "--mock",
@@ -348,6 +346,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="one JSON object per log line, or text for humans (default: text on a terminal, else json)",
     )
     serve.set_defaults(handler=cmd_serve)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="history-proxy",
+        description="OpenAI-compatible reverse proxy that shapes each agent's conversation history in flight.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    _add_serve_parser(commands)
 
     init = commands.add_parser(
         "init",

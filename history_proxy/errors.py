@@ -10,6 +10,7 @@
     ├── PayloadTooLargeError        413 invalid_request_error
     ├── HeadersTooLargeError        431 invalid_request_error (closes the connection)
     ├── OverloadedError             429 rate_limit_error (carries Retry-After)
+    ├── BusyError                   503 server_error, 529 overloaded_error to Anthropic clients (Retry-After)
     ├── FilterError                 500 filter_failed (names the filter and its place in the chain)
     ├── UpstreamUnavailableError    502 upstream_unavailable
     └── UpstreamTimeoutError        504 upstream_timeout
@@ -132,6 +133,22 @@ class OverloadedError(ProxyError):
         return {"retry-after": str(self.retry_after_s)}
 
 
+class BusyError(ProxyError):
+    """The process holds as many request bytes as ``limits.max_inflight_bytes`` allows: 503, or 529
+    (Anthropic's ``overloaded_error``) to a Messages client, with ``Retry-After``."""
+
+    error_type = "server_error"
+    code = "proxy_busy"
+
+    def __init__(self, message: str, surface: str = OPENAI, *, retry_after_s: int = 1) -> None:
+        super().__init__(message)
+        self.status_code = 529 if surface == ANTHROPIC else 503
+        self.retry_after_s = retry_after_s
+
+    def headers(self) -> dict[str, str]:
+        return {"retry-after": str(self.retry_after_s)}
+
+
 class FilterError(ProxyError):
     status_code = 500
     error_type = "server_error"
@@ -167,6 +184,7 @@ _ANTHROPIC_TYPES = {
     404: "not_found_error",
     413: "request_too_large",
     429: "rate_limit_error",
+    529: "overloaded_error",
 }
 
 

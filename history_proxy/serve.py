@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib.util
+import ipaddress
 import os
 import shutil
 import socket
@@ -21,6 +22,8 @@ from history_proxy.config.loading import MOCK_ENV, ConfigError, load_config
 from history_proxy.config.locate import CONFIG_ENV, config_path, missing_hint, origin_phrase
 from history_proxy.config.models import Config, UpstreamConfig
 
+WORKERS_ENV = "HISTORY_PROXY_WORKERS"
+"""Read by :mod:`history_proxy.server.inflight`, which shares the container's memory among the workers."""
 APP_FACTORY = "history_proxy.server.app:app_from_env"
 
 
@@ -131,6 +134,42 @@ def port_option() -> str:
     return "make run PORT=9000" if os.environ.get("MAKELEVEL") else "--port"
 
 
+ALLOW_ANONYMOUS_ENV = "HISTORY_PROXY_ALLOW_ANONYMOUS"
+"""Set to 1 (or true, yes) to serve an open proxy on a non-loopback address, as ``--allow-anonymous``."""
+
+
+def _loopback_only(host: str) -> bool:
+    """Whether every address ``host`` binds is a loopback one (127.0.0.0/8, ::1)."""
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(str(info[4][0])).is_loopback for info in infos)
+
+
+def check_exposure(config: Config, host: str, allow_anonymous: bool) -> None:
+    """Refuse to serve an open proxy that spends a server-side key for anyone who reaches the port.
+
+    Refused: no ``auth.keys``, an upstream with its own ``api_key``, and a host that is not loopback
+    (``0.0.0.0``, ``::``, a public address), unless ``--allow-anonymous``, ``auth.allow_anonymous``
+    or ``HISTORY_PROXY_ALLOW_ANONYMOUS=1`` says it is meant (behind a network policy, say).
+    """
+    if config.auth.keys or config.auth.allow_anonymous or allow_anonymous:
+        return
+    if os.environ.get(ALLOW_ANONYMOUS_ENV, "").strip().lower() in ("1", "true", "yes"):
+        return
+    keyed = [name for name, u in config.upstreams.items() if u.key is not None and not u.is_mock]
+    if not keyed or _loopback_only(host):
+        return
+    raise CommandError(
+        f"refusing to serve an open proxy on {host}: upstream {keyed[0]!r} has a server-side api_key and "
+        "auth.keys is empty, so anyone who reaches this port would spend that key. Either give clients "
+        'proxy keys (auth: {keys: [{key: "${TEAM_KEY}", tenant: team}]}), listen on 127.0.0.1 '
+        f"(--host 127.0.0.1), or say it is meant: --allow-anonymous, auth.allow_anonymous: true, or "
+        f"{ALLOW_ANONYMOUS_ENV}=1 (docs/operations.md#no-open-proxy-by-accident)"
+    )
+
+
 def log_format(chosen: str | None) -> str:
     """``--log-format``, else text for a person at a terminal and JSON for a log collector."""
     if chosen:
@@ -158,6 +197,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         os.environ[MOCK_ENV] = "1"
     config, config_file = load(args.config)
     chosen = config_in_use(args.config)  # before CONFIG_ENV below names the file for the workers
+    check_exposure(config, args.host, args.allow_anonymous)
     check_port(args.host, args.port)
     import uvicorn
 
@@ -169,6 +209,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from history_proxy.server.reload import HANGUP_ENV
 
         os.environ[HANGUP_ENV] = "stop"
+    os.environ[WORKERS_ENV] = str(args.workers)  # the processes sharing the memory limit (inflight bytes)
     if args.workers > 1:  # an admin reload in one worker restarts them all through this process
         from history_proxy.server.reload import SUPERVISOR_ENV
 

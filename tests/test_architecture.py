@@ -371,6 +371,7 @@ CROSS_CUTTING = {
     "fleet": "replicas behind nginx sharing a real Redis",
     "frameworks_e2e": "real multi-agent frameworks end to end",
     "hardening_e2e": "hostile loads end to end",
+    "hardening3_e2e": "round three's findings end to end: limits, memory, telemetry",
     "install": "a wheel installed outside the clone",
     "messages_unknown_properties": "properties over every filter on /v1/messages",
     "opaque_properties": "properties over every filter on every surface",

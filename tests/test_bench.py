@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -141,6 +142,23 @@ def test_compare_with_surfaces_measures_each_cell_as_chat_responses_and_messages
     for row in rows:
         for tree in ("old", "new"):
             assert row[tree]["errors"] == 0 and row[tree]["rps"] > 0
+
+
+def test_the_hostile_loads_run_and_report_memory_statuses_and_stalls(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from bench.hostile import main as hostile
+
+    def run(*argv: str) -> dict[str, Any]:
+        assert hostile(["--tree", str(ROOT), *argv]) == 0
+        return dict(json.loads(capsys.readouterr().out.splitlines()[-1]))
+
+    memo = run("memo", "--requests", "3", "--size", "200000")
+    assert memo["rss_after_mb"] > 10 and memo["memo_gauge_mb"] >= 0.4  # each holds its 200 KB opening
+    inflight = run("inflight", "--concurrent", "3", "--size", "1000000", "--budget", "1500000")
+    assert inflight["statuses"].get("529", 0) >= 1 and inflight["statuses"].get("200", 0) >= 1
+    capture = run("capture", "--messages", "20", "--size", "1000")
+    assert capture["capture"] is True and capture["healthz_worst_s"] > 0
 
 
 def test_compare_refuses_a_directory_without_the_project(tmp_path: Path) -> None:

@@ -265,3 +265,30 @@ def test_a_mounted_config_is_served_with_two_workers_and_sigterm_stops_it_cleanl
     assert "(config /config/config.yaml" in logs  # not the packaged default
     assert answer.headers["x-history-filters"] == "remove_regex,worker_view,last_n_observations,token_limiter"
     assert state == "0" and "Application shutdown complete" in logs
+
+
+def test_the_image_refuses_to_serve_an_open_proxy_spending_a_server_side_key(image: str) -> None:
+    """Issue 34, item 6: `docker run -p 8080:8080 -e OPENAI_API_KEY=...` with no proxy keys."""
+    port = free_port()
+    run = ("run", "--read-only", "--tmpfs", "/tmp", "--network", "host", "-e", f"PORT={port}")
+    keyed = ("-e", "OPENAI_API_KEY=sk-server-side-key-0123456789")
+    refused = podman(
+        *run, "--rm", *keyed, image, check=False, timeout=120
+    )  # HOST=0.0.0.0, the image's default
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "refusing to serve an open proxy on 0.0.0.0" in refused.stdout + refused.stderr
+    assert "sk-server-side-key" not in refused.stdout + refused.stderr
+    meant = podman("run", "-d", *run[1:], *keyed, "-e", "HISTORY_PROXY_ALLOW_ANONYMOUS=1", image)
+    container_id = meant.stdout.strip()
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, logs_of(container_id)[-3000:]
+            time.sleep(0.2)
+    finally:
+        podman("rm", "-f", container_id, check=False)

@@ -29,6 +29,7 @@ from openai.types.chat import ChatCompletionMessageParam
 
 from history_proxy.config.loading import load_config
 from history_proxy.server.app import create_app
+from history_proxy.server.inflight import worst_case_memory
 from tests.support.serve_process import REPO, free_port, start
 
 DEPLOY = REPO / "deploy"
@@ -138,6 +139,29 @@ def test_the_cluster_runs_this_version_with_the_default_configs_upstreams_and_ch
     (port,) = [p["port"] for p in service["spec"]["ports"]]
     operations = (REPO / "docs" / "operations.md").read_text(encoding="utf-8")
     assert f"Service (port {port} to the pods' 8080" in operations
+
+
+def _bytes(quantity: str) -> int:
+    units = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    number, unit = re.fullmatch(r"(\d+)([A-Za-z]*)", str(quantity)).groups()  # type: ignore[union-attr]
+    return int(number) * units.get(unit, 1)
+
+
+def test_the_worst_case_memory_of_the_mounted_config_fits_the_memory_limit_of_each_deployment() -> None:
+    """Issue 34, R7: a replica admits no more request bytes than its memory limit holds."""
+    limits = load_config(DEPLOY / "kubernetes" / "base" / "config.yaml").limits
+    deployment = yaml.safe_load(
+        (DEPLOY / "kubernetes" / "base" / "deployment.yaml").read_text(encoding="utf-8")
+    )
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    workers = int(next(env["value"] for env in container["env"] if env["name"] == "WORKERS"))
+    budget = limits.max_inflight_bytes
+    worst = worst_case_memory(limits, budget)
+    assert worst is not None, "nothing bounds the bytes in flight: set limits.max_inflight_bytes"
+    assert worst * workers <= _bytes(container["resources"]["limits"]["memory"]), worst
+    assert budget is not None and budget >= limits.max_body_bytes  # one largest body is still admitted
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text(encoding="utf-8"))
+    assert worst <= _bytes(compose["x-proxy"]["mem_limit"])  # one worker per compose replica
 
 
 def test_the_compose_file_mounts_files_that_exist_and_scrapes_the_replicas_nginx_balances() -> None:

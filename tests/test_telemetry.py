@@ -497,7 +497,15 @@ def test_the_telemetry_section_is_strict_and_in_the_schema() -> None:
     with pytest.raises(ConfigError):
         parse_config({"upstreams": upstreams, "telemetry": {"sample_ratio": 2}}, env={})
     properties = json_schema()["$defs"]["TelemetryConfig"]["properties"]
-    assert set(properties) == {"enabled", "endpoint", "service_name", "sample_ratio", "capture_content"}
+    assert set(properties) == {
+        "enabled",
+        "endpoint",
+        "service_name",
+        "sample_ratio",
+        "capture_content",
+        "capture_content_chars",
+        "max_queue_bytes",
+    }
     assert parse_config({"upstreams": upstreams}, env={}).telemetry.enabled is False
 
 

@@ -132,6 +132,10 @@ class ProxyKey(StrictModel):
 class AuthConfig(StrictModel):
     keys: list[ProxyKey] = Field(default_factory=list)
     """Proxy keys; with none configured the proxy is open."""
+    allow_anonymous: bool = False
+    """Serve without proxy keys on a non-loopback address while an upstream has a server-side
+    ``api_key`` (anyone who reaches the port spends that key): ``serve`` refuses to start so unless
+    this, ``--allow-anonymous`` or ``HISTORY_PROXY_ALLOW_ANONYMOUS=1`` says it is meant."""
 
 
 class AdminConfig(StrictModel):
@@ -154,6 +158,11 @@ class LimitsConfig(StrictModel):
     max_json_containers: int = Field(default=100_000, gt=0)
     """JSON bodies with more objects and arrays are answered 413 before they are parsed (bounds the
     memory and the event-loop time one body can take: ``[{},{},...]`` parses to ~30x its size)."""
+    max_inflight_bytes: int | None = Field(default=None, ge=1024)
+    """Bytes of request bodies in flight in one process (counted by ``Content-Length``, or as a chunked
+    body arrives); a request past them is answered 503 (529 ``overloaded_error`` on ``/v1/messages``)
+    at once. None: sized from the container's memory limit when one is set (cgroup), else unbounded
+    (docs/hardening.md)."""
     max_concurrent_per_tenant: int | None = Field(default=None, gt=0)
     """In-flight requests per tenant (by proxy key) beyond this are answered 429 at once."""
     max_header_bytes: int = Field(default=32 * 1024, ge=1024)

@@ -38,6 +38,13 @@ class TelemetryConfig(StrictModel):
     """Put the forwarded messages' text in ``gen_ai.input.messages``: what the upstream received,
     after the whole chain (the global chain's secret stripping included). Off: no message text ever
     reaches a span. Keys never do."""
+    capture_content_chars: int = Field(default=64 * 1024, ge=1024, le=16 * 1024 * 1024)
+    """The most text one span's ``gen_ai.input.messages`` carries: the system prompt (a quarter at
+    most) and the newest messages that fit, each cut where the room ends, older ones counted."""
+    max_queue_bytes: int = Field(default=32 * 1024 * 1024, ge=1024 * 1024)
+    """The most (estimated) bytes of spans waiting for export; a span past it is dropped and counted
+    (``history_proxy_telemetry_spans_dropped_total{reason="queue_full"}``), as past the SDK's
+    ``OTEL_BSP_MAX_QUEUE_SIZE`` spans."""
 
     def describe(self) -> str:
         """One line for the startup summary."""

@@ -10,12 +10,13 @@ GenAI conventions are still experimental; ``OTEL_SEMCONV_STABILITY_OPT_IN`` choo
 
 The proxy's own figures are under ``history_proxy.*``. No function here reads message text; the
 content of ``gen_ai.input.messages`` (only with ``telemetry.capture_content``) is
-:func:`input_messages`, fed the forwarded body. Pure: plain values in, attribute dicts out.
+:func:`input_messages`, fed the forwarded body as parsed, bounded in characters. Pure: plain values
+in, attribute dicts out.
 """
 
 from __future__ import annotations
 
-import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -186,39 +187,82 @@ def upstream_attributes(tried: Sequence[str], attempts: int, answered: str | Non
     return found
 
 
-def _text_of(content: Any) -> str | None:
+CUT = "…[cut: {} more characters]"
+"""What ends a captured text cut short (``telemetry.capture_content_chars``)."""
+_TRAILING_TOKEN = re.compile(r"\S{1,256}$")
+
+
+def _cut(text: str, room: int) -> str:
+    """``text`` within ``room`` characters: cut, its last (maybe partial) word dropped so no secret's
+    prefix is left where it was cut, and the count of what was left out."""
+    if len(text) <= room:
+        return text
+    kept = _TRAILING_TOKEN.sub("", text[:room])
+    return kept + CUT.format(len(text) - len(kept))
+
+
+def _text_of(content: Any, room: int) -> str | None:
     if isinstance(content, str):
-        return content
+        return _cut(content, room)
     if isinstance(content, list):
-        texts = [
-            block.get("text") if isinstance(block.get("text"), str) else block.get("output")
-            for block in content
-            if isinstance(block, dict)
-        ]
-        return "\n".join(text for text in texts if isinstance(text, str)) or None
+        texts: list[str] = []
+        for block in content:
+            if not isinstance(block, dict):
+                continue
+            text = block.get("text")
+            if not isinstance(text, str):
+                text = block.get("output")
+            if isinstance(text, str):
+                texts.append(_cut(text, max(room - sum(map(len, texts)), 0)))
+        return "\n".join(texts) or None
     return None
 
 
-def input_messages(body: Mapping[str, Any]) -> str:
-    """The forwarded messages of any surface as ``gen_ai.input.messages`` (role and text parts), JSON.
+def chars_in(messages: list[dict[str, Any]]) -> int:
+    """The characters of text in captured messages."""
+    return sum(len(part["content"]) for message in messages for part in message["parts"])
 
-    Tool calls and non-text parts are left out: only what a reader of the trace needs to see the
-    shaped history. Only called with ``telemetry.capture_content`` on.
-    """
-    messages: list[dict[str, Any]] = []
-    system = body.get("system") if body.get("system") is not None else body.get("instructions")
-    if (text := _text_of(system)) is not None:
-        messages.append({"role": "system", "parts": [{"type": "text", "content": text}]})
-    items = body.get("messages") if "messages" in body else body.get("input")
-    if isinstance(items, str):
-        items = [{"role": "user", "content": items}]
-    for item in items if isinstance(items, list) else ():
-        if not isinstance(item, dict):
-            continue
+
+def _captured(items: list[dict[str, Any]], room: int) -> list[dict[str, Any]]:
+    """``items`` as captured messages, in order, until ``room`` characters of text are spent."""
+    captured: list[dict[str, Any]] = []
+    for item in items:
+        if room <= 0:
+            break
         role = item.get("role") or (
             "tool" if item.get("type") == "function_call_output" else item.get("type")
         )
-        text = _text_of(item.get("content") if "content" in item else item.get("output"))
-        parts = [] if text is None else [{"type": "text", "content": text}]
-        messages.append({"role": str(role), "parts": parts})
-    return json.dumps(messages, ensure_ascii=False)
+        text = _text_of(item.get("content") if "content" in item else item.get("output"), room)
+        room -= len(text or "")
+        captured.append(
+            {"role": str(role), "parts": [] if text is None else [{"type": "text", "content": text}]}
+        )
+    return captured
+
+
+def input_messages(body: Mapping[str, Any], max_chars: int = 64 * 1024) -> list[dict[str, Any]]:
+    """The forwarded messages of any surface as ``gen_ai.input.messages`` (role and text parts).
+
+    Tool calls and non-text parts are left out: only what a reader of the trace needs to see the
+    shaped history. At most ``max_chars`` characters of text: the system prompt (a quarter of them
+    at most) and the newest messages that fit, each text cut where the room ends; the older ones
+    are counted in a note. Walks the parsed body (no JSON parsed or written), so a 24 MB body costs
+    its number of messages, not its bytes. Only called with ``telemetry.capture_content`` on.
+    """
+    items = body.get("messages") if "messages" in body else body.get("input")
+    if isinstance(items, str):
+        items = [{"role": "user", "content": items}]
+    items = [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+    system = body.get("system") if body.get("system") is not None else body.get("instructions")
+    leading = [{"role": "system", "content": system}] if system is not None else []
+    first = 0
+    while first < len(items) and items[first].get("role") in ("system", "developer"):
+        first += 1
+    messages = _captured([*leading, *items[:first]], max_chars // 4)
+    items = items[first:]
+    newest = _captured(items[::-1], max_chars - chars_in(messages))
+    if len(newest) < len(items):
+        note = f"[{len(items) - len(newest)} earlier messages not captured (telemetry.capture_content_chars)]"
+        messages.append({"role": OURS, "parts": [{"type": "text", "content": note}]})
+    messages.extend(reversed(newest))
+    return messages

@@ -2,9 +2,11 @@
 the proxy's own (never the global one), batched OTLP/HTTP export and the dropped spans in /metrics.
 
 Spans are exported by the SDK's ``BatchSpanProcessor`` on its own thread: a request only appends its
-spans to a bounded queue (``OTEL_BSP_MAX_QUEUE_SIZE``, 2048). A collector that is down or slow costs
-dropped spans, never request time; they are counted in ``history_proxy_telemetry_spans_dropped_total``
-by ``reason``: ``queue_full`` (the queue was full when a span ended: it is dropped, no log line)
+spans to a queue bounded in spans (``OTEL_BSP_MAX_QUEUE_SIZE``, 2048) and in bytes
+(``telemetry.max_queue_bytes``, 32 MiB: a span with captured content may carry 64 K characters). A
+collector that is down or slow costs dropped spans, never request time; they are counted in
+``history_proxy_telemetry_spans_dropped_total`` by ``reason``: ``queue_full`` (the queue was full when a
+span ended: it is dropped, no log line)
 or ``export_failed`` (the collector refused or could not be reached, after the exporter's own
 retries). Imported only when telemetry is on (redis's client imports parts of the SDK's metrics on its own).
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Sequence, Sized
 
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -54,15 +57,52 @@ class _WireExporter(OTLPSpanExporter):
         return SpanExportResult.SUCCESS if sent.success else SpanExportResult.FAILURE
 
 
+SPAN_BYTES = 2048
+"""The estimated bytes of a span besides its string attributes (ids, times, numbers, events)."""
+
+
+def span_bytes(span: ReadableSpan) -> int:
+    """A span's estimated size while it waits for export: its string attributes and :data:`SPAN_BYTES`."""
+    attributes = span.attributes or {}
+    return SPAN_BYTES + sum(len(value) for value in attributes.values() if isinstance(value, str))
+
+
+class QueueBytes:
+    """The estimated bytes of the spans waiting for export, shared by the processor (which adds a span's
+    when it queues it, on the request's thread) and the exporter (which takes them off, on its own)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        self._lock = threading.Lock()
+
+    def take(self, size: int) -> bool:
+        """Count ``size`` more bytes queued, unless that would pass the limit."""
+        with self._lock:
+            if self.held + size > self.limit:
+                return False
+            self.held += size
+            return True
+
+    def give(self, size: int) -> None:
+        with self._lock:
+            self.held = max(0, self.held - size)
+
+
 class _CountingExporter(SpanExporter):
     """The OTLP exporter, counting the spans of every batch it could not deliver."""
 
-    def __init__(self, inner: SpanExporter, dropped: Counter, exported: Counter) -> None:
+    def __init__(
+        self, inner: SpanExporter, dropped: Counter, exported: Counter, queued: QueueBytes | None = None
+    ) -> None:
         self._inner = inner
         self._dropped = dropped
         self._exported = exported
+        self._queued = queued
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if self._queued is not None:  # out of the queue: their bytes are the exporter's now
+            self._queued.give(sum(map(span_bytes, spans)))
         try:
             result = self._inner.export(spans)
         except Exception:  # an exporter bug must not kill the export thread
@@ -82,21 +122,27 @@ class _CountingExporter(SpanExporter):
 
 
 class BoundedBatchSpanProcessor(BatchSpanProcessor):
-    """The SDK's batch processor, dropping (and counting) a span at once when its queue is full.
+    """The SDK's batch processor, dropping (and counting) a span at once when its queue is full: of
+    spans (``OTEL_BSP_MAX_QUEUE_SIZE``), or of bytes (``telemetry.max_queue_bytes``, by :func:`span_bytes`).
 
     The SDK would drop the oldest span and log a warning for each one: a log record per span on
     the request path, while the collector is down, is what the queue is there to spare requests.
     Reaches into the processor's queue (the version is pinned; a test fills it)."""
 
-    def __init__(self, exporter: SpanExporter, dropped: Counter) -> None:
+    def __init__(self, exporter: SpanExporter, dropped: Counter, queued: QueueBytes | None = None) -> None:
         super().__init__(exporter)
         self._dropped = dropped.labels("queue_full")
         inner = self._batch_processor
         self._queue: Sized = inner._queue
         self._limit: int = inner._max_queue_size
+        self._queued = queued
 
     def on_end(self, span: ReadableSpan) -> None:
         if len(self._queue) >= self._limit:
+            self._dropped.inc()
+            return
+        sampled = span.context is not None and span.context.trace_flags.sampled  # else the SDK queues nothing
+        if self._queued is not None and sampled and not self._queued.take(span_bytes(span)):
             self._dropped.inc()
             return
         super().on_end(span)
@@ -125,7 +171,8 @@ def start_tracer(config: TelemetryConfig, registry: CollectorRegistry) -> tuple[
     resource = Resource.create({SERVICE_NAME: name})  # also reads OTEL_RESOURCE_ATTRIBUTES
     sampler = None if config.sample_ratio is None else ParentBased(TraceIdRatioBased(config.sample_ratio))
     provider = TracerProvider(resource=resource, sampler=sampler)  # sampler None: OTEL_TRACES_SAMPLER
-    exporter = _CountingExporter(_WireExporter(endpoint=config.endpoint), dropped, exported)
-    provider.add_span_processor(BoundedBatchSpanProcessor(exporter, dropped))
+    queued = QueueBytes(config.max_queue_bytes)
+    exporter = _CountingExporter(_WireExporter(endpoint=config.endpoint), dropped, exported, queued)
+    provider.add_span_processor(BoundedBatchSpanProcessor(exporter, dropped, queued))
     log.info("telemetry on: %s, service.name %s", config.describe(), name)
     return provider.get_tracer("history_proxy", schema_url=SCHEMA_URL), provider

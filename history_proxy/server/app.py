@@ -54,6 +54,7 @@ from history_proxy.server.forwarding import Forwarder
 from history_proxy.server.gc_tuning import settle_gc
 from history_proxy.server.guard import CLIENT_CLOSED, RequestGuard
 from history_proxy.server.handler import handle, preview
+from history_proxy.server.inflight import InflightBytes
 from history_proxy.server.protocol import HEAD_LIMITS
 from history_proxy.server.reload import Reloader, ServingState, StateSwitch, authorize_admin, reload_on_sighup
 from history_proxy.summaries.cache import CachingSummarizer
@@ -241,6 +242,7 @@ def create_app(config: Config, *, config_path: str | None = None, settle_gc: boo
         lifespan=proxy.lifespan,
         middleware=[
             Middleware(RequestGuard, proxy=proxy),
+            Middleware(InflightBytes, proxy=proxy),  # after the guard named the route
             Middleware(Edge, proxy=proxy),
         ],
         exception_handlers={HTTPException: proxy.on_http_error},

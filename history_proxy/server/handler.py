@@ -99,6 +99,8 @@ async def _shaped(
     if memo is not None and memo.max_messages:  # tenants never share a memo entry
         fwd.metrics.observe_memo(surface.name, shaped.reused, shaped.converted, memo.held)
     content = encode_json(shaped.body)
+    if exchange.trace is not None:  # its span's content, if captured, read before the body is freed
+        exchange.trace.shaped(shaped.body)
     kept = exchange.shaped(shaped.result.without_messages())
     marks = config.upstreams[names[0]].cache_control
     if all(config.upstreams[name].cache_control == marks for name in names[1:]):

@@ -11,12 +11,13 @@ its native only in the chain's eyes, save one case: a Messages tool result a fil
 same way last turn reuses that write-back. (``==`` holds 1, 1.0 and true alike: a message resent
 with another spelling of a number keeps the earlier spelling in its view, and in that write-back.)
 
-A conversation is known by its surface and its opening (the system prompt or instructions and the
-first message); two conversations that open alike share one entry and each finds only the prefix
-they share, and only within one tenant (:meth:`ViewMemo.for_tenant`). Entries are dropped oldest
-first beyond ``max_messages`` native messages or ``max_bytes`` estimated bytes in all (each entry
-holds its request's parsed messages and their view: measured 1.7 KB an input item, 3.7 KB a
-Messages message, on the bench's 400-message conversations; estimated here from their JSON).
+A conversation is known by its surface and a digest of its opening (the system prompt or instructions
+and the first message), and its size counts that opening, which its view holds; two conversations
+that open alike share one entry and each finds only the prefix they share, and only within one
+tenant (:meth:`ViewMemo.for_tenant`). Entries are dropped oldest first beyond ``max_messages`` native
+messages or ``max_bytes`` estimated bytes in all (each entry holds its request's parsed messages and
+their view: measured 1.7 KB an input item, 3.7 KB a Messages message, on the bench's 400-message
+conversations; estimated here from their JSON).
 
 View messages are shared by every request whose prefix they match: the chain must not change a
 message in place (no built-in filter does; a custom filter must copy, as the house rules say).
@@ -24,6 +25,7 @@ message in place (no built-in filter does; a custom filter must copy, as the hou
 
 from __future__ import annotations
 
+import hashlib
 import operator
 import time
 from collections import OrderedDict
@@ -130,11 +132,11 @@ class ViewMemo:
         """Native messages taken from the memo instead of converted, since the memo was made."""
         return self._store.hits
 
-    def recall(self, key: bytes | None, counter: TokenCounter) -> Remembered | None:
-        """The entry of the conversation ``key`` names, when its view was counted with ``counter``."""
-        if key is None:
+    def recall(self, conversation: Conversation | None, counter: TokenCounter) -> Remembered | None:
+        """The entry of ``conversation``, when its view was counted with ``counter``."""
+        if conversation is None:
             return None
-        key = self._tenant + key
+        key = self._tenant + conversation.key
         now = time.monotonic()
         self._expire(now)
         found = self._store.entries.get(key)
@@ -144,14 +146,17 @@ class ViewMemo:
         self._store.used[key] = now
         return found[0]
 
-    def keep(self, key: bytes | None, entry: Remembered, *, reused: int = 0) -> None:
+    def keep(self, conversation: Conversation | None, entry: Remembered, *, reused: int = 0) -> None:
         """Remember ``entry`` as the conversation's latest (``reused``: how many of its natives kept
-        their view from the memo), dropping the oldest entries beyond the bounds."""
+        their view from the memo), dropping the oldest entries beyond the bounds.
+
+        An entry's size counts all it holds: its key, its opening (the system prompt or instructions,
+        in its view) and its natives with their views."""
         store = self._store
         store.hits += reused
-        if key is None:
+        if conversation is None:
             return
-        key = self._tenant + key
+        key = self._tenant + conversation.key
         old = store.entries.pop(key, None)
         store.used.pop(key, None)
         sizes: list[int] = []
@@ -160,7 +165,7 @@ class ViewMemo:
             store.held_bytes -= old[1][-1] if old[1] else 0
             store.released_bytes += old[1][-1] if old[1] else 0
             sizes = old[1][:reused]
-        sizes = _sized(entry.natives, sizes)
+        sizes = _sized(entry.natives, sizes, len(key) + JSON_FACTOR * conversation.opening_bytes)
         size = sizes[-1] if sizes else 0
         if len(entry.natives) > store.max_messages or size > store.max_bytes:
             return
@@ -186,9 +191,10 @@ class ViewMemo:
             self._drop_oldest()
 
 
-def _sized(natives: list[Any], known: list[int]) -> list[int]:
-    """The cumulative estimated bytes of ``natives``, the first ``len(known)`` already in ``known``."""
-    total = known[-1] if known else 0
+def _sized(natives: list[Any], known: list[int], opening: int) -> list[int]:
+    """The cumulative estimated bytes of ``natives`` after ``opening`` bytes, the first ``len(known)``
+    already in ``known``."""
+    total = known[-1] if known else opening
     sizes = list(known)
     for native in natives[len(known) :]:
         try:
@@ -199,14 +205,31 @@ def _sized(natives: list[Any], known: list[int]) -> list[int]:
     return sizes
 
 
-def conversation_key(surface: str, opening: Any, natives: list[Any]) -> bytes | None:
-    """What names a conversation: its surface, its opening (system or instructions) and first native."""
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    """What names a conversation in the memo, and what its opening costs to hold."""
+
+    key: bytes
+    """The surface and a digest of the opening (system or instructions) and first native: a fixed 32
+    bytes however long the system prompt (a 4 MB one used to be held twice, key and view)."""
+    opening_bytes: int
+    """The JSON length of the opening and first native, which the entry's view holds."""
+
+
+def conversation_key(surface: str, opening: Any, natives: list[Any]) -> Conversation | None:
+    """What names a conversation: its surface, its opening (system or instructions) and first native.
+
+    Two openings with one digest would share an entry, and still each find only the natives equal to
+    its own (``matched`` compares them), so a collision costs a conversion, never a wrong view.
+    """
     if not natives:
         return None
     try:
-        return surface.encode() + b"\0" + orjson.dumps([opening, natives[0]])
+        opening_json = orjson.dumps([opening, natives[0]])
     except (TypeError, orjson.JSONEncodeError):  # not JSON (a body made in code): not remembered
         return None
+    digest = hashlib.blake2b(opening_json, digest_size=32).digest()
+    return Conversation(surface.encode() + b"\0" + digest, len(opening_json))
 
 
 def matched(natives: list[Any], remembered: list[Any]) -> int:

@@ -42,7 +42,7 @@ from history_proxy.surfaces._view import (
     written_back,
 )
 from history_proxy.surfaces.marks import UNMARKABLE, marks_in
-from history_proxy.surfaces.memo import Remembered, ViewMemo, conversation_key, matched
+from history_proxy.surfaces.memo import Conversation, Remembered, ViewMemo, conversation_key, matched
 from history_proxy.surfaces.messages_check import refuse_anthropic_messages
 from history_proxy.surfaces.messages_pinned import omitted_at, with_pinned
 
@@ -125,7 +125,7 @@ def _opening(
     natives: list[Any],
     counter: TokenCounter,
     memo: ViewMemo | None,
-    key: bytes | None,
+    key: Conversation | None,
     base: int,
 ) -> tuple[View, int]:
     """The view's start and the first native message still to convert: the remembered view of the
@@ -159,7 +159,12 @@ def _blocks_checked(
 
 
 def _remember(
-    memo: ViewMemo, key: bytes | None, natives: list[Any], view: View, counter: TokenCounter, start: int
+    memo: ViewMemo,
+    key: Conversation | None,
+    natives: list[Any],
+    view: View,
+    counter: TokenCounter,
+    start: int,
 ) -> None:
     """Keep the conversation's view for its next request, its first native mark found (in the new
     messages only: the memo knows the others)."""

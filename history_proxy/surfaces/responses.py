@@ -56,7 +56,7 @@ from history_proxy.surfaces._view import (
     without_annotations,
     written_back,
 )
-from history_proxy.surfaces.memo import Remembered, ViewMemo, conversation_key, matched
+from history_proxy.surfaces.memo import Conversation, Remembered, ViewMemo, conversation_key, matched
 from history_proxy.surfaces.responses_items import (
     DECLARATION,
     PROVIDER_STATE,
@@ -171,7 +171,7 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None, memo: Vie
 
 
 def _opening(
-    instructions: Any, raw: Any, counter: TokenCounter, memo: ViewMemo | None, key: bytes | None
+    instructions: Any, raw: Any, counter: TokenCounter, memo: ViewMemo | None, key: Conversation | None
 ) -> tuple[View, int]:
     """The view's start and the first item still to convert: the remembered view of the leading
     items equal to the conversation's previous request's, else the instructions alone."""

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from history_proxy.core.tokens import TokenCounters
-from history_proxy.surfaces import messages
-from history_proxy.surfaces.memo import ViewMemo
+from history_proxy.surfaces import messages, responses
+from history_proxy.surfaces.memo import ViewMemo, conversation_key
 
 COUNTER = TokenCounters().get(model="claude-x")
 
@@ -57,3 +57,21 @@ def test_one_tenant_never_reuses_another_tenants_conversation() -> None:
     messages.to_view(body(0), COUNTER, memo.for_tenant("a"))
     assert messages.to_view(body(0), COUNTER, memo.for_tenant("b")).reused == 0
     assert messages.to_view(body(0), COUNTER, memo.for_tenant("a")).reused == 3
+
+
+@pytest.mark.parametrize("surface", ["messages", "responses"])
+def test_the_bound_counts_the_opening_its_entries_hold(surface: str) -> None:
+    """A 1 MB system prompt (or instructions) counts in the memo's bytes, and the key is a digest."""
+    memo = ViewMemo(1_000_000, max_bytes=5_000_000)
+    for i in range(20):
+        system = f"{i} " + "s" * 1_000_000
+        short = [{"role": "user", "content": "hi"}]
+        if surface == "messages":
+            messages.to_view({"model": "claude-x", "system": system, "messages": short}, COUNTER, memo)
+        else:
+            responses.to_view({"model": "gpt-4o", "instructions": system, "input": short}, COUNTER, memo)
+        assert memo.held_bytes >= 2_000_000 * min(len(memo), 1)  # each entry holds its opening
+        assert memo.held_bytes <= 5_000_000
+    assert 1 <= len(memo) <= 2  # 20 openings of 1 MB never all held under a 5 MB bound
+    key = conversation_key(surface, "s" * 1_000_000, [{"role": "user", "content": "hi"}])
+    assert key is not None and len(key.key) < 64 and key.opening_bytes > 1_000_000

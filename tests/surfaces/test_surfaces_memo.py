@@ -26,7 +26,7 @@ from history_proxy.core.tokens import TokenCounters
 from history_proxy.pipeline.run import Pipeline
 from history_proxy.surfaces import messages as anthropic
 from history_proxy.surfaces import responses
-from history_proxy.surfaces.memo import Remembered, ViewMemo, conversation_key, matched
+from history_proxy.surfaces.memo import Conversation, Remembered, ViewMemo, conversation_key, matched
 from history_proxy.surfaces.shape import SurfaceName, shape
 from tests.factories import corpus_files
 from tests.strategies import PROPERTY_SETTINGS, conversations
@@ -139,6 +139,10 @@ def test_the_chain_never_changes_a_remembered_view_in_place(surface: SurfaceName
             assert entry.view.counts == fresh.counts
 
 
+def named(name: str) -> Conversation:
+    return Conversation(name.encode(), 0)
+
+
 def test_the_memo_holds_at_most_its_bound_dropping_the_conversation_unused_longest() -> None:
     counter = TokenCounters().get(model="gpt-4o")
     memo = ViewMemo(10)
@@ -146,16 +150,18 @@ def test_the_memo_holds_at_most_its_bound_dropping_the_conversation_unused_longe
     for name in "abc":
         natives: list[Any] = [{"role": "user", "content": name}] * 4
         entries[name] = Remembered(natives, anthropic.to_view({"messages": natives}, counter), counter)
-        memo.keep(name.encode(), entries[name])
+        memo.keep(named(name), entries[name])
         assert memo.held <= 10
-    assert memo.recall(b"a", counter) is None  # a and b held 8; c pushed a out
-    assert memo.recall(b"b", counter) is entries["b"]
-    memo.keep(b"d", entries["a"])  # b was used since c was kept: c goes
-    assert memo.recall(b"c", counter) is None and memo.recall(b"b", counter) is entries["b"]
-    memo.keep(b"huge", Remembered([{}] * 11, entries["a"].view, counter))
-    assert memo.recall(b"huge", counter) is None and memo.held <= 10
+    assert memo.recall(named("a"), counter) is None  # a and b held 8; c pushed a out
+    assert memo.recall(named("b"), counter) is entries["b"]
+    memo.keep(named("d"), entries["a"])  # b was used since c was kept: c goes
+    assert memo.recall(named("c"), counter) is None and memo.recall(named("b"), counter) is entries["b"]
+    memo.keep(named("huge"), Remembered([{}] * 11, entries["a"].view, counter))
+    assert memo.recall(named("huge"), counter) is None and memo.held <= 10
     other = TokenCounters().get(model="gpt-4o")
-    assert memo.recall(b"b", other) is None, "a view counted with another encoding's counter is not reused"
+    assert memo.recall(named("b"), other) is None, (
+        "a view counted with another encoding's counter is not reused"
+    )
 
 
 def test_conversations_are_told_apart_by_surface_opening_and_first_message() -> None:
