@@ -23,11 +23,13 @@ import httpx
 import kubernetes_validate
 import openai
 import pytest
+import redis
 import yaml
 from openai.types.chat import ChatCompletionMessageParam
 
 from history_proxy.config.loading import load_config
 from history_proxy.server.app import create_app
+from tests.support.redis_server import RedisServer, redis_server
 from tests.support.serve_process import REPO, free_port, start
 
 DEPLOY = REPO / "deploy"
@@ -36,6 +38,9 @@ ALERTS = DEPLOY / "prometheus" / "alerts.yaml"
 KUBERNETES_VERSION = "1.30.0"
 METRIC = re.compile(r"\bhistory_proxy_[a-z_]+")
 SUFFIXES = ("_total", "_bucket", "_sum", "_count", "_created")
+FLEET_KEY = "proxy-key-of-team-a-0123456789"
+
+__all__ = ["redis_server"]  # the fixture, used by name below
 
 
 def tool(name: str) -> str:
@@ -118,6 +123,58 @@ def test_the_kustomizations_build_and_every_object_validates_against_the_kuberne
 def test_the_packaged_configs_of_the_deployments_load() -> None:
     config = load_config(DEPLOY / "kubernetes" / "base" / "config.yaml")
     assert config.limits.redis_url is None  # REDIS_URL unset: each replica counts alone
+
+
+def fleet_config(deployment: str) -> str:
+    """The config a deployment that sets ``REDIS_URL`` mounts: the compose replicas' volume, or the
+    Redis overlay's ConfigMap as kustomize builds it."""
+    if deployment == "compose":
+        proxy = yaml.safe_load((DEPLOY / "compose.yaml").read_text(encoding="utf-8"))["services"]["proxy-1"]
+        assert proxy["environment"]["REDIS_URL"]
+        mounted = next(v.split(":")[0] for v in proxy["volumes"] if ":/config/config.yaml" in v)
+        return (DEPLOY / str(mounted)).read_text(encoding="utf-8")
+    objects = kustomize(DEPLOY / "kubernetes" / deployment)
+    proxy = next(o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "history-proxy")
+    env = {e["name"] for e in proxy["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert "REDIS_URL" in env and "PROXY_KEY_TEAM_A" in env
+    maps = [
+        o
+        for o in objects
+        if o["kind"] == "ConfigMap" and o["metadata"]["name"].startswith("history-proxy-config")
+    ]
+    assert len(maps) == 1
+    return str(maps[0]["data"]["config.yaml"])
+
+
+@pytest.mark.parametrize("deployment", ["compose", "overlays/redis"])
+def test_a_fleet_that_sets_redis_url_counts_its_tenants_and_keeps_its_summaries_in_redis(
+    deployment: str, redis_server: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(fleet_config(deployment), encoding="utf-8")
+    monkeypatch.setenv("REDIS_URL", redis_server.url)
+    monkeypatch.setenv("PROXY_KEY_TEAM_A", FLEET_KEY)
+    config = load_config(path)
+    assert config.auth.keys and config.limits.max_concurrent_per_tenant is not None
+    assert config.limits.per_tenant.requests_per_minute is not None
+    assert config.limits.redis_url is not None and config.summary_cache.backend == "redis"
+    turns = [
+        {"role": role, "content": f"{role} turn {n}"} for n in range(8) for role in ("user", "assistant")
+    ]
+    body = {"model": "gpt-4o", "messages": [*turns, {"role": "user", "content": "and now?"}]}
+    with started("serve", "--config", str(path), log=tmp_path / "serve.log", ready_path="/healthz") as server:
+        anonymous = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=30)
+        keyed = httpx.post(
+            f"{server.url}/v1/chat/completions",
+            json=body,
+            headers={"authorization": f"Bearer {FLEET_KEY}", "x-agent-role": "planner"},
+            timeout=30,
+        )
+    assert anonymous.status_code == 401
+    assert keyed.status_code == 200, keyed.text
+    store = redis.Redis(port=redis_server.port, decode_responses=True)
+    assert store.keys("history-proxy:limits:tenant:team-a:*")  # the tenant's rates, shared
+    assert store.keys("history-proxy:summary:*")  # the planner's summary, written once for the fleet
 
 
 def test_the_compose_file_mounts_files_that_exist_and_scrapes_the_replicas_nginx_balances() -> None:
