@@ -104,14 +104,14 @@ def proxies(upstream: Failing, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 def openai_call(url: str, max_retries: int | None) -> None:
     options = {} if max_retries is None else {"max_retries": max_retries}
-    client = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-test", **options)  # type: ignore[arg-type]
-    client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+    with openai.OpenAI(base_url=f"{url}/v1", api_key="sk-test", **options) as client:  # type: ignore[arg-type]
+        client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
 
 
 def anthropic_call(url: str, max_retries: int | None) -> None:
     options = {} if max_retries is None else {"max_retries": max_retries}
-    client = anthropic.Anthropic(base_url=url, api_key="sk-ant-test", **options)  # type: ignore[arg-type]
-    client.messages.create(model="claude-x", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+    with anthropic.Anthropic(base_url=url, api_key="sk-ant-test", **options) as client:  # type: ignore[arg-type]
+        client.messages.create(model="claude-x", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
 
 
 def plain_call(url: str, max_retries: int | None) -> None:
