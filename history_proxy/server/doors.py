@@ -24,14 +24,28 @@ PREVIEW_ROUTE = "/v1/history/preview"
 SHAPED_ROUTES = frozenset({surface.route for surface in TABLE} | {PREVIEW_ROUTE})
 """Every surface's route (a new row of the surface table has its door here at once) and the preview."""
 _SLASHES = re.compile(r"/{2,}")
+LIMITED_PREFIX = "/v1/"
+"""Requests under this path (however spelled) count against ``limits``; health, metrics, admin never do."""
+
+
+def loose(route: str) -> str:
+    """``route`` as the doors read it: repeated slashes merged, surrounding whitespace and trailing
+    slashes removed, letters lower-cased."""
+    return _SLASHES.sub("/", route.strip()).rstrip("/").lower()
 
 
 def canonical(route: str) -> str | None:
     """The shaped route ``route`` spells, if any (None: it names no shaped route)."""
     if route in SHAPED_ROUTES:
         return route
-    spelled = _SLASHES.sub("/", route.strip()).rstrip("/").lower()
+    spelled = loose(route)
     return spelled if spelled in SHAPED_ROUTES else None
+
+
+def limited(route: str) -> bool:
+    """Whether the guard's limits count a request to ``route`` (the path below the root path): every
+    spelling of a path under ``/v1/`` (``//v1/chat/completions``, ``/V1/messages``, ``/v1//models``)."""
+    return route.startswith(LIMITED_PREFIX) or loose(route).startswith(LIMITED_PREFIX)
 
 
 def normalise(scope: Scope, route: str) -> str:

@@ -31,6 +31,8 @@ from history_proxy.errors import AuthError, OverloadedError
 from history_proxy.observability.metrics import Exchange, request_id_for
 from history_proxy.server.admission import Quotas, Ticket
 from history_proxy.server.caller import proxy_token, tenant_for_key
+from history_proxy.server.doors import limited as limited_route
+from history_proxy.server.doors import normalise
 from history_proxy.server.edge import error_answer, route_path, scope_headers
 from history_proxy.server.quotas import Refusal, limits_apply
 from history_proxy.server.reload import StateSwitch
@@ -45,7 +47,6 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 CLIENT_CLOSED = 499  # nginx's status for a client that went away before the answer
-LIMITED_PREFIX = "/v1/"
 OVERLOAD_RETRY_AFTER_S = 1
 WATCH_AFTER_S = 0.05
 """How long a request runs before its connection is watched (bounds the extra delay in noticing)."""
@@ -183,7 +184,9 @@ class RequestGuard:
         state = self.proxy.states.latest
         scope.setdefault("state", {})["serving"] = state
         limits = state.config.limits
-        limited = str(scope.get("path", "")).startswith(LIMITED_PREFIX)
+        # one identity before any limit: the route the doors will serve (``//v1/messages`` is
+        # ``/v1/messages``), so every spelling counts, and a refusal takes the route's error shape
+        limited = limited_route(normalise(scope, route_path(scope)))
         limit = limits.max_concurrent
         if limited and limit is not None and self.in_flight >= limit:
             message = f"the proxy is already serving {limit} requests (limits.max_concurrent); retry shortly"

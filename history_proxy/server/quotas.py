@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from history_proxy.config.models import Config, LimitsConfig
 from history_proxy.config.quotas import RateLimits
+from history_proxy.core.identity import match_role
 from history_proxy.observability.access import Exchange
 
 Scope = MutableMapping[str, Any]
@@ -231,11 +232,16 @@ def limits_apply(limits: LimitsConfig) -> bool:
 
 
 def role_of(config: Config, scope: Scope) -> str:
+    """The role a request's limits count under, matched by the chain's rule (:func:`match_role`):
+    ``WORKER``, ``Worker`` and `` worker `` are ``worker``, for every limit as for the chain."""
     wanted = config.identity.role_header.lower().encode("latin-1")
+    sent = None
     for name, value in scope.get("headers", ()):
         if name == wanted and value.strip():
-            return str(value.decode("latin-1").strip())
-    return config.identity.default_role
+            sent = value.decode("latin-1").strip()
+            break
+    roles = config.policies.roles.keys() | config.limits.per_role.keys()
+    return match_role(sent, roles, config.identity.default_role)[0]
 
 
 def reservation(scope: Scope) -> int:
