@@ -125,6 +125,20 @@ def test_the_packaged_configs_of_the_deployments_load() -> None:
     assert config.limits.redis_url is None  # REDIS_URL unset: each replica counts alone
 
 
+def test_the_compose_file_mounts_files_that_exist_and_scrapes_the_replicas_nginx_balances() -> None:
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text(encoding="utf-8"))
+    services = compose["services"]
+    assert {"proxy-1", "proxy-2", "proxy-3", "redis", "prometheus", "grafana", "lb"} <= set(services)
+    for service in services.values():
+        for volume in service.get("volumes", []):
+            source = volume.split(":")[0]
+            assert (DEPLOY / source).exists(), source
+    prometheus = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yaml").read_text(encoding="utf-8"))
+    targets = prometheus["scrape_configs"][0]["static_configs"][0]["targets"]
+    balanced = re.findall(r"server (\S+) ", (DEPLOY / "compose" / "nginx.conf").read_text(encoding="utf-8"))
+    assert sorted(targets) == sorted(balanced) == [f"proxy-{n}:8080" for n in (1, 2, 3)]
+
+
 def fleet_config(deployment: str) -> str:
     """The config a deployment that sets ``REDIS_URL`` mounts: the compose replicas' volume, or the
     Redis overlay's ConfigMap as kustomize builds it."""
@@ -175,20 +189,6 @@ def test_a_fleet_that_sets_redis_url_counts_its_tenants_and_keeps_its_summaries_
     store = redis.Redis(port=redis_server.port, decode_responses=True)
     assert store.keys("history-proxy:limits:tenant:team-a:*")  # the tenant's rates, shared
     assert store.keys("history-proxy:summary:*")  # the planner's summary, written once for the fleet
-
-
-def test_the_compose_file_mounts_files_that_exist_and_scrapes_the_replicas_nginx_balances() -> None:
-    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text(encoding="utf-8"))
-    services = compose["services"]
-    assert {"proxy-1", "proxy-2", "proxy-3", "redis", "prometheus", "grafana", "lb"} <= set(services)
-    for service in services.values():
-        for volume in service.get("volumes", []):
-            source = volume.split(":")[0]
-            assert (DEPLOY / source).exists(), source
-    prometheus = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yaml").read_text(encoding="utf-8"))
-    targets = prometheus["scrape_configs"][0]["static_configs"][0]["targets"]
-    balanced = re.findall(r"server (\S+) ", (DEPLOY / "compose" / "nginx.conf").read_text(encoding="utf-8"))
-    assert sorted(targets) == sorted(balanced) == [f"proxy-{n}:8080" for n in (1, 2, 3)]
 
 
 # --- a real Prometheus scraping three replicas -------------------------------------------------------

@@ -43,7 +43,7 @@ def proxy(tmp_path: Path, upstream: FaultUpstream, redis_url: str, **limits: Any
         "limits": {"connect_timeout_s": 1, "read_timeout_s": 30, "redis_url": redis_url, **limits},
     }
     path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     yield from start("serve", "--config", str(path), log=tmp_path / "serve.log", ready_path="/healthz")
 
 

@@ -89,7 +89,7 @@ def proxy(folder: Path, upstream: Failing, status_retries: str) -> Iterator[Serv
         "limits": {"connect_timeout_s": 2, "read_timeout_s": 10},
     }
     path = folder / f"{status_retries}.yaml"
-    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     yield from start(
         "serve", "--config", str(path), log=folder / f"{status_retries}.log", ready_path="/healthz"
     )
