@@ -160,3 +160,22 @@ async def test_the_rate_window_slides_the_previous_minute_out_and_says_when_to_r
     assert admitted[5].retry_after_s == 6  # one request's room: a tenth of the previous minute's weight
     now[0] += 120  # two minutes idle: all forgotten
     assert isinstance(await counters.admit(None, "m", [rate]), Admitted)
+
+
+async def test_a_token_reservation_is_settled_in_the_minute_it_was_counted_in(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [6000.0]  # the start of a minute
+    monkeypatch.setattr("history_proxy.server.quotas.time.time", lambda: now[0])
+    budget = Rate(
+        "tenant:a:tokens", 150, 600, "limits.per_tenant.tokens_per_minute", "tenant 'a'", tokens=True
+    )
+    counters = LocalCounters()
+    admitted = await counters.admit(None, "m", [budget])  # not spent yet: admitted, 600 reserved
+    assert isinstance(admitted, Admitted)
+    assert isinstance(await counters.admit(None, "m", [budget]), Refusal)  # the reservation spent it
+    now[0] += 60  # the next minute: the reservation's minute is the previous one, still weighing fully
+    await counters.settle_tokens([budget.key], admitted, 100 - 600)  # 100 tokens were really sent
+    assert isinstance(await counters.admit(None, "m", [budget]), Admitted)  # 100 < 150
+    await counters.settle_tokens([budget.key], admitted, -10_000)  # never below nothing
+    assert counters.minutes[budget.key].previous == 0
