@@ -172,6 +172,17 @@ def test_a_fleet_that_sets_redis_url_counts_its_tenants_and_keeps_its_summaries_
     assert config.auth.keys and config.limits.max_concurrent_per_tenant is not None
     assert config.limits.per_tenant.requests_per_minute is not None
     assert config.limits.redis_url is not None and config.summary_cache.backend == "redis"
+    base = load_config(DEPLOY / "kubernetes" / "base" / "config.yaml")
+    same = "the fleet's config serves what the base config serves (keep them in step)"
+    assert (config.upstreams, config.routes, config.identity) == (
+        base.upstreams,
+        base.routes,
+        base.identity,
+    ), same
+    assert config.policies.global_ == base.policies.global_, same
+    assert {
+        r: c for r, c in config.policies.roles.items() if r in base.policies.roles
+    } == base.policies.roles, same
     turns = [
         {"role": role, "content": f"{role} turn {n}"} for n in range(8) for role in ("user", "assistant")
     ]
