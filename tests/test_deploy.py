@@ -24,12 +24,14 @@ import httpx
 import kubernetes_validate
 import openai
 import pytest
+import redis
 import yaml
 from openai.types.chat import ChatCompletionMessageParam
 
 from history_proxy.config.loading import load_config
 from history_proxy.server.app import create_app
 from history_proxy.server.inflight import worst_case_memory
+from tests.support.redis_server import RedisServer, redis_server
 from tests.support.serve_process import REPO, free_port, start
 
 DEPLOY = REPO / "deploy"
@@ -38,6 +40,9 @@ ALERTS = DEPLOY / "prometheus" / "alerts.yaml"
 KUBERNETES_VERSION = "1.30.0"
 METRIC = re.compile(r"\bhistory_proxy_[a-z_]+")
 SUFFIXES = ("_total", "_bucket", "_sum", "_count", "_created")
+FLEET_KEY = "proxy-key-of-team-a-0123456789"
+
+__all__ = ["redis_server"]  # the fixture, used by name below
 
 
 def tool(name: str) -> str:
@@ -161,7 +166,13 @@ def test_the_worst_case_memory_of_the_mounted_config_fits_the_memory_limit_of_ea
     assert worst * workers <= _bytes(container["resources"]["limits"]["memory"]), worst
     assert budget is not None and budget >= limits.max_body_bytes  # one largest body is still admitted
     compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text(encoding="utf-8"))
-    assert worst <= _bytes(compose["x-proxy"]["mem_limit"])  # one worker per compose replica
+    (mounted,) = [v.split(":")[0] for v in compose["x-proxy"]["volumes"] if ":/config/config.yaml" in v]
+    fleet = load_config(
+        DEPLOY / mounted, env={"REDIS_URL": "redis://redis:6379/0", "PROXY_KEY_TEAM_A": "k"}
+    ).limits
+    fleet_worst = worst_case_memory(fleet, fleet.max_inflight_bytes)
+    assert fleet_worst is not None, "the config compose mounts bounds no bytes in flight"
+    assert fleet_worst <= _bytes(compose["x-proxy"]["mem_limit"])  # one worker per compose replica
 
 
 def test_the_compose_file_mounts_files_that_exist_and_scrapes_the_replicas_nginx_balances() -> None:
@@ -176,6 +187,72 @@ def test_the_compose_file_mounts_files_that_exist_and_scrapes_the_replicas_nginx
     targets = prometheus["scrape_configs"][0]["static_configs"][0]["targets"]
     balanced = re.findall(r"server (\S+) ", (DEPLOY / "compose" / "nginx.conf").read_text(encoding="utf-8"))
     assert sorted(targets) == sorted(balanced) == [f"proxy-{n}:8080" for n in (1, 2, 3)]
+
+
+def fleet_config(deployment: str) -> str:
+    """The config a deployment that sets ``REDIS_URL`` mounts: the compose replicas' volume, or the
+    Redis overlay's ConfigMap as kustomize builds it."""
+    if deployment == "compose":
+        proxy = yaml.safe_load((DEPLOY / "compose.yaml").read_text(encoding="utf-8"))["services"]["proxy-1"]
+        assert proxy["environment"]["REDIS_URL"]
+        mounted = next(v.split(":")[0] for v in proxy["volumes"] if ":/config/config.yaml" in v)
+        return (DEPLOY / str(mounted)).read_text(encoding="utf-8")
+    objects = kustomize(DEPLOY / "kubernetes" / deployment)
+    proxy = next(o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "history-proxy")
+    env = {e["name"] for e in proxy["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert "REDIS_URL" in env and "PROXY_KEY_TEAM_A" in env
+    maps = [
+        o
+        for o in objects
+        if o["kind"] == "ConfigMap" and o["metadata"]["name"].startswith("history-proxy-config")
+    ]
+    assert len(maps) == 1
+    return str(maps[0]["data"]["config.yaml"])
+
+
+@pytest.mark.parametrize("deployment", ["compose", "overlays/redis"])
+def test_a_fleet_that_sets_redis_url_counts_its_tenants_and_keeps_its_summaries_in_redis(
+    deployment: str, redis_server: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(fleet_config(deployment), encoding="utf-8")
+    monkeypatch.setenv("REDIS_URL", redis_server.url)
+    monkeypatch.setenv("PROXY_KEY_TEAM_A", FLEET_KEY)
+    config = load_config(path)
+    assert config.auth.keys and config.limits.max_concurrent_per_tenant is not None
+    assert config.limits.per_tenant.requests_per_minute is not None
+    assert config.limits.redis_url is not None and config.summary_cache.backend == "redis"
+    base = load_config(DEPLOY / "kubernetes" / "base" / "config.yaml")
+    same = "the fleet's config serves what the base config serves (keep them in step)"
+    assert (config.upstreams, config.routes, config.identity) == (
+        base.upstreams,
+        base.routes,
+        base.identity,
+    ), same
+    assert config.policies.global_ == base.policies.global_, same
+    assert {
+        r: c for r, c in config.policies.roles.items() if r in base.policies.roles
+    } == base.policies.roles, same
+    turns = [
+        {"role": role, "content": f"{role} turn {n}"} for n in range(8) for role in ("user", "assistant")
+    ]
+    body = {"model": "gpt-4o", "messages": [*turns, {"role": "user", "content": "and now?"}]}
+    # offline: the built-in mock stands in for the providers
+    with started(
+        "serve", "--config", str(path), "--mock", log=tmp_path / "serve.log", ready_path="/healthz"
+    ) as server:
+        anonymous = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=30)
+        keyed = httpx.post(
+            f"{server.url}/v1/chat/completions",
+            json=body,
+            headers={"authorization": f"Bearer {FLEET_KEY}", "x-agent-role": "planner"},
+            timeout=30,
+        )
+    assert anonymous.status_code == 401
+    assert keyed.status_code == 200, keyed.text
+    store = redis.Redis(port=redis_server.port, decode_responses=True)
+    assert store.keys("history-proxy:limits:tenant:team-a:*")  # the tenant's rates, shared
+    assert store.keys("history-proxy:summary:*")  # the planner's summary, written once for the fleet
 
 
 # --- a real Prometheus scraping three replicas -------------------------------------------------------

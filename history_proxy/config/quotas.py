@@ -26,7 +26,8 @@ class RateLimits(StrictModel):
     """Requests admitted in any 60 s; the next one is answered 429 with ``Retry-After``."""
     tokens_per_minute: int | None = Field(default=None, gt=0)
     """Input tokens sent upstream in any 60 s (the upstream's own count when it reports one, else the
-    proxy's); once spent, requests are answered 429 until the window moves on."""
+    proxy's); once spent, requests are answered 429 until the window moves on. An admitted request
+    reserves its ``Content-Length`` / 4 at once and settles to the tokens sent when it ends."""
 
 
 def redis_url_or_none(value: SecretStr | None) -> SecretStr | None:

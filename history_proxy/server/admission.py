@@ -7,6 +7,7 @@ it, :class:`history_proxy.server.shared_limits.SharedCounters` counts for the wh
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import MutableMapping
 from dataclasses import dataclass
@@ -16,12 +17,14 @@ import anyio
 
 from history_proxy.config.models import Config
 from history_proxy.server.quotas import (
+    Admitted,
     Counters,
     LocalCounters,
     Refusal,
     Slot,
     checks_for,
     input_tokens,
+    reservation,
     role_of,
 )
 from history_proxy.server.shared_limits import SharedCounters
@@ -37,6 +40,10 @@ class Ticket:
     slot: Slot | None
     member: str
     token_keys: list[str]
+    reserved: int
+    """Input tokens reserved at admission in each of ``token_keys``."""
+    admitted: Admitted
+    """Where and in which minute the reservation was counted."""
 
 
 class Quotas:
@@ -63,19 +70,24 @@ class Quotas:
         slot, rates = checks_for(config.limits, tenant, role_of(config, scope))
         if slot is None and not rates:
             return None
+        reserved = reservation(scope) if any(rate.tokens for rate in rates) else 0
+        rates = [dataclasses.replace(rate, cost=reserved) if rate.tokens else rate for rate in rates]
         counters, member = self.counters(config)
-        refused = await counters.admit(slot, member, rates)
-        if refused is not None:
-            return refused
-        return Ticket(counters, slot, member, [rate.key for rate in rates if not rate.cost])
+        admitted = await counters.admit(slot, member, rates)
+        if isinstance(admitted, Refusal):
+            return admitted
+        token_keys = [rate.key for rate in rates if rate.tokens]
+        return Ticket(counters, slot, member, token_keys, reserved, admitted)
 
     async def settle(self, ticket: Ticket, exchange: object) -> None:
-        """Give the slot back and count the input tokens (shielded: runs even when cancelled)."""
+        """Give the slot back and settle the token reservation to the input tokens really sent
+        (shielded: runs even when cancelled)."""
         with anyio.CancelScope(shield=True):
             if ticket.slot is not None:
                 await ticket.counters.release(ticket.slot, ticket.member)
-            if ticket.token_keys:
-                await ticket.counters.add_tokens(ticket.token_keys, input_tokens(exchange))
+            delta = input_tokens(exchange) - ticket.reserved
+            if ticket.token_keys and delta:
+                await ticket.counters.settle_tokens(ticket.token_keys, ticket.admitted, delta)
 
     async def aclose(self) -> None:
         shared, self._shared = list(self._shared.values()), {}

@@ -29,7 +29,7 @@ import anyio
 from history_proxy.config.models import Config
 from history_proxy.errors import AuthError, OverloadedError
 from history_proxy.observability.metrics import Exchange, request_id_for
-from history_proxy.server.admission import Quotas
+from history_proxy.server.admission import Quotas, Ticket
 from history_proxy.server.caller import proxy_token, tenant_for_key
 from history_proxy.server.doors import limited as limited_route
 from history_proxy.server.doors import normalise
@@ -192,18 +192,20 @@ class RequestGuard:
             message = f"the proxy is already serving {limit} requests (limits.max_concurrent); retry shortly"
             await self._refuse(scope, receive, send, message)
             return
-        ticket = None
-        if limited and limits_apply(limits):  # else no header is read for the tenant
-            ticket = await self.quotas.admit(state.config, _tenant_of(state.config, scope), scope)
-        if isinstance(ticket, Refusal):
-            await self._refuse(scope, receive, send, ticket.message, ticket.retry_after_s)
-            return
+        # the process's slot is taken before awaiting the tenant's admission (Redis may be far), so
+        # max_concurrent is checked and counted in one step; a refused request gives it back
         self.in_flight += limited
+        ticket = None
         try:
+            if limited and limits_apply(limits):  # else no header is read for the tenant
+                ticket = await self.quotas.admit(state.config, _tenant_of(state.config, scope), scope)
+            if isinstance(ticket, Refusal):
+                await self._refuse(scope, receive, send, ticket.message, ticket.retry_after_s)
+                return
             await self._run(scope, receive, send)
         finally:
             self.in_flight -= limited
-            if ticket is not None:
+            if isinstance(ticket, Ticket):
                 await self.quotas.settle(ticket, scope["state"].get("exchange"))
 
     async def _run(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -4,8 +4,10 @@
 ``limits`` asks for, and asks the counters: :class:`LocalCounters` in this process, or, with
 ``limits.redis_url``, :class:`history_proxy.server.shared_limits.SharedCounters` in Redis, shared by every
 replica and worker. Rates are sliding windows of 60 s (the previous minute's count weighted by the
-part of it still inside the window, plus this minute's); a token rate refuses once spent, and the
-request's input tokens are added when it ends.
+part of it still inside the window, plus this minute's). A token rate refuses once spent; an admitted
+request reserves an estimate of its input tokens at once (its ``Content-Length`` over
+``BYTES_PER_TOKEN``), so a concurrent burst cannot all pass a budget none of it has counted yet, and
+its reservation is settled to the input tokens it really sent when it ends.
 """
 
 from __future__ import annotations
@@ -23,19 +25,24 @@ from history_proxy.observability.access import Exchange
 
 Scope = MutableMapping[str, Any]
 WINDOW_S = 60.0
+BYTES_PER_TOKEN = 4
+"""A request body's bytes per input token, for the reservation made at admission (JSON's quotes and
+keys make a body's bytes per token more than text's ~4, so this over-reserves; the end settles it)."""
 ANONYMOUS = "-"
 """The tenant that requests without a proxy key count under."""
 
 
 @dataclass(frozen=True)
 class Rate:
-    """One counter a request must fit: ``cost`` 1 counts a request, 0 checks a token budget."""
+    """One counter a request must fit: a request rate counts ``cost`` (1) and refuses what would pass
+    ``limit``; a token rate (``tokens``) refuses once ``limit`` is spent and reserves ``cost``."""
 
     key: str
     limit: int
     cost: int
     setting: str
     who: str
+    tokens: bool = False
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,15 @@ class Refusal:
 
 
 @dataclass(frozen=True)
+class Admitted:
+    """An admitted request: the minute (on the counters' clock) its token reservations were counted in."""
+
+    minute: int
+    here: bool = False
+    """Counted in this process's counters (Redis was unreachable), so settled there too."""
+
+
+@dataclass(frozen=True)
 class Window:
     """A rate counter's two minutes, as read when a request was refused."""
 
@@ -64,11 +80,18 @@ class Window:
     elapsed_s: float
 
 
+def refuses(rate: Rate, window: Window) -> bool:
+    """Whether ``rate`` is spent in ``window``: a request would pass the limit; a token budget is used up."""
+    used = window.previous * (1 - window.elapsed_s / WINDOW_S) + window.current
+    return used >= rate.limit if rate.tokens else used + rate.cost > rate.limit
+
+
 def retry_after(rate: Rate, window: Window) -> int:
-    """Seconds until the sliding window has room for ``rate.cost`` (at most the rest of the minute)."""
+    """Seconds until the sliding window has room (at most the rest of the minute)."""
     rest = max(WINDOW_S - window.elapsed_s, 1.0)
-    over = window.previous * (1 - window.elapsed_s / WINDOW_S) + window.current + rate.cost - rate.limit
-    if window.previous > 0 and window.current + rate.cost <= rate.limit:
+    cost = 0 if rate.tokens else rate.cost
+    over = window.previous * (1 - window.elapsed_s / WINDOW_S) + window.current + cost - rate.limit
+    if window.previous > 0 and window.current + cost <= rate.limit:
         rest = min(rest, over * WINDOW_S / window.previous)
     return max(1, math.ceil(rest))
 
@@ -80,7 +103,7 @@ def refusal_for(check: Slot | Rate, window: Window | None) -> Refusal:
             "(limits.max_concurrent_per_tenant); retry shortly",
             1,
         )
-    unit = "requests" if check.cost else "input tokens"
+    unit = "input tokens" if check.tokens else "requests"
     wait = retry_after(check, window) if window is not None else 1
     return Refusal(
         f"{check.who} has used its {check.limit} {unit} a minute ({check.setting}); retry in {wait}s", wait
@@ -90,14 +113,15 @@ def refusal_for(check: Slot | Rate, window: Window | None) -> Refusal:
 class Counters(Protocol):
     """Where slots and rates are counted (this process, or Redis)."""
 
-    async def admit(self, slot: Slot | None, member: str, rates: list[Rate]) -> Refusal | None:
+    async def admit(self, slot: Slot | None, member: str, rates: list[Rate]) -> Admitted | Refusal:
         """Take the slot and count the request in every rate, or change nothing and say why not."""
 
     async def release(self, slot: Slot, member: str) -> None:
         """Give a slot back."""
 
-    async def add_tokens(self, keys: list[str], tokens: int) -> None:
-        """Count a finished request's input tokens."""
+    async def settle_tokens(self, keys: list[str], admitted: Admitted, delta: int) -> None:
+        """Correct the token rates ``keys`` by ``delta`` (tokens sent minus reserved) where ``admitted``
+        counted the reservation."""
 
     async def aclose(self) -> None:
         """Close connections and stop background work."""
@@ -128,20 +152,23 @@ class LocalCounters:
         minute.roll(int(index))
         return minute, Window(minute.previous, minute.current, elapsed)
 
-    async def admit(self, slot: Slot | None, member: str, rates: list[Rate]) -> Refusal | None:
+    async def admit(self, slot: Slot | None, member: str, rates: list[Rate]) -> Admitted | Refusal:
         if slot is not None and self.slots.get(slot.key, 0) >= slot.limit:
             return refusal_for(slot, None)
+        return self.count(slot, rates)
+
+    def count(self, slot: Slot | None, rates: list[Rate]) -> Admitted | Refusal:
+        """Check ``rates`` and count the request in them and in ``slot`` (already checked), at once."""
         now = time.time()
         for rate in rates:
             _, seen = self.window(rate.key, now)
-            estimate = seen.previous * (1 - seen.elapsed_s / WINDOW_S) + seen.current
-            if estimate + rate.cost > rate.limit or (not rate.cost and estimate >= rate.limit):
+            if refuses(rate, seen):
                 return refusal_for(rate, seen)
         for rate in rates:
             self.window(rate.key, now)[0].current += rate.cost
         if slot is not None:
             self.slots[slot.key] = self.slots.get(slot.key, 0) + 1
-        return None
+        return Admitted(int(now // WINDOW_S))
 
     async def release(self, slot: Slot, member: str) -> None:
         left = self.slots.get(slot.key, 0) - 1
@@ -150,10 +177,18 @@ class LocalCounters:
         else:
             self.slots.pop(slot.key, None)
 
-    async def add_tokens(self, keys: list[str], tokens: int) -> None:
-        now = time.time()
+    def now(self) -> Admitted:
+        """The current minute, as an admission would have counted in it."""
+        return Admitted(int(time.time() // WINDOW_S))
+
+    async def settle_tokens(self, keys: list[str], admitted: Admitted, delta: int) -> None:
+        now, minute = time.time(), admitted.minute
         for key in keys:
-            self.window(key, now)[0].current += tokens
+            counted = self.window(key, now)[0]
+            if counted.index == minute:
+                counted.current = max(0.0, counted.current + delta)
+            elif counted.index == minute + 1:
+                counted.previous = max(0.0, counted.previous + delta)
 
     async def aclose(self) -> None:
         pass
@@ -166,7 +201,8 @@ def _rates(limits: RateLimits, key: str, setting: str, who: str) -> list[Rate]:
             Rate(f"{key}:requests", limits.requests_per_minute, 1, f"{setting}.requests_per_minute", who)
         )
     if limits.tokens_per_minute is not None:
-        rates.append(Rate(f"{key}:tokens", limits.tokens_per_minute, 0, f"{setting}.tokens_per_minute", who))
+        setting = f"{setting}.tokens_per_minute"
+        rates.append(Rate(f"{key}:tokens", limits.tokens_per_minute, 0, setting, who, tokens=True))
     return rates
 
 
@@ -206,6 +242,15 @@ def role_of(config: Config, scope: Scope) -> str:
             break
     roles = config.policies.roles.keys() | config.limits.per_role.keys()
     return match_role(sent, roles, config.identity.default_role)[0]
+
+
+def reservation(scope: Scope) -> int:
+    """The input tokens a request is expected to send: its ``Content-Length`` over ``BYTES_PER_TOKEN``
+    (0 for a body without one, e.g. chunked: such a request reserves nothing and counts when it ends)."""
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            return int(value) // BYTES_PER_TOKEN if value.strip().isdigit() else 0
+    return 0
 
 
 def input_tokens(exchange: object) -> int:

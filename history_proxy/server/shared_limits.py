@@ -4,9 +4,11 @@ A concurrency slot is a member of a sorted set scored by its expiry on Redis's c
 replicas' clocks never matter); the process that holds it renews it every third of ``limits.lease_s``
 and removes it when the request ends. A replica that dies stops renewing, and its slots expire: nothing
 leaks. Rates are per-minute counters (``<key>:<minute>``, kept two minutes) read as a sliding window.
-Admission is one Lua script, so two replicas never both take the last slot. While Redis is unreachable
-each process counts alone (:class:`history_proxy.server.quotas.LocalCounters`), logs once and retries after a
-growing back-off; a slot taken in Redis is given back to Redis.
+Admission is one Lua script, so two replicas never both take the last slot. A Redis that restarted empty
+or was out longer than the lease gets this process's slots back (the admission script and the renewer
+put back every slot the process holds). While Redis is unreachable each process counts alone: its own
+slots in flight (also those Redis admitted) and its rates (:class:`history_proxy.server.quotas.LocalCounters`);
+it logs once and retries after a growing back-off.
 
 Needs a single Redis (or a primary behind Sentinel): the script names keys it builds, which Redis
 Cluster refuses.
@@ -28,36 +30,41 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from history_proxy.config.summaries import redacted_url
-from history_proxy.server.quotas import LocalCounters, Rate, Refusal, Slot, Window, refusal_for
+from history_proxy.server.quotas import Admitted, LocalCounters, Rate, Refusal, Slot, Window, refusal_for
 from history_proxy.summaries.store import redis_client
 
 log = logging.getLogger("history_proxy.limits")
 T = TypeVar("T")
 
 NOW_MS = "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000) "
-# KEYS: the slot's set ('' for none), then one base key per rate. ARGV: lease ms, member, slot limit
-# (0: none), then limit and cost per rate. Returns {0} admitted, {1} no slot, or {2, i, previous,
-# current, elapsed ms} when rate i is spent.
+# KEYS: the slot's set ('-' for none), then one base key per rate. ARGV: lease ms, member, slot limit
+# (0: none), n, then the n slots this process already holds in that set (put back if Redis lost them),
+# then limit, cost and kind (1: tokens) per rate. Returns {0, minute} admitted, {1} no slot, or
+# {2, i, previous, current, elapsed ms} when rate i is spent.
 ADMIT = (
     NOW_MS
     + """
-local lease, member, slots = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local lease, member, slots, mine = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local first = 5 + mine
 if slots > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+  for j = 5, 4 + mine do redis.call('ZADD', KEYS[1], now + lease, ARGV[j]) end
+  if mine > 0 then redis.call('PEXPIRE', KEYS[1], lease * 2) end
   if redis.call('ZCARD', KEYS[1]) >= slots then return {1} end
 end
 local minute, elapsed = math.floor(now / 60000), now % 60000
 for i = 2, #KEYS do
-  local limit, cost = tonumber(ARGV[2 + 2 * (i - 1)]), tonumber(ARGV[3 + 2 * (i - 1)])
+  local at = first + 3 * (i - 2)
+  local limit, cost = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
   local current = tonumber(redis.call('GET', KEYS[i] .. ':' .. minute) or '0')
   local previous = tonumber(redis.call('GET', KEYS[i] .. ':' .. (minute - 1)) or '0')
-  local estimate = previous * (1 - elapsed / 60000) + current
-  if estimate + cost > limit or (cost == 0 and estimate >= limit) then
-    return {2, i - 1, previous, current, elapsed}
-  end
+  local used = previous * (1 - elapsed / 60000) + current
+  local spent = used + cost > limit
+  if ARGV[at + 2] == '1' then spent = used >= limit end
+  if spent then return {2, i - 1, previous, current, elapsed} end
 end
 for i = 2, #KEYS do
-  local cost = tonumber(ARGV[3 + 2 * (i - 1)])
+  local cost = tonumber(ARGV[first + 3 * (i - 2) + 1])
   if cost > 0 then
     redis.call('INCRBY', KEYS[i] .. ':' .. minute, cost)
     redis.call('PEXPIRE', KEYS[i] .. ':' .. minute, 120000)
@@ -67,32 +74,40 @@ if slots > 0 then
   redis.call('ZADD', KEYS[1], now + lease, member)
   redis.call('PEXPIRE', KEYS[1], lease * 2)
 end
-return {0}
+return {0, minute}
 """
 )
-# KEYS: slot sets; ARGV: lease ms, then one member per key. Pushes each held slot's expiry on.
+# KEYS: slot sets; ARGV: lease ms, then one member per key. Pushes each held slot's expiry on, and puts
+# back a slot Redis lost (restarted empty, or out longer than the lease).
 RENEW = (
     NOW_MS
     + """
 for i = 1, #KEYS do
-  redis.call('ZADD', KEYS[i], 'XX', now + tonumber(ARGV[1]), ARGV[i + 1])
+  redis.call('ZADD', KEYS[i], now + tonumber(ARGV[1]), ARGV[i + 1])
   redis.call('PEXPIRE', KEYS[i], tonumber(ARGV[1]) * 2)
 end
 return #KEYS
 """
 )
-# KEYS: rate base keys; ARGV: tokens.
-ADD = (
+# KEYS: token rate base keys; ARGV: the minute of the reservation, tokens sent minus reserved. A minute
+# already out of the window is left alone; a count never goes below 0.
+SETTLE = (
     NOW_MS
     + """
-local minute = math.floor(now / 60000)
+local minute, delta = tonumber(ARGV[1]), tonumber(ARGV[2])
+if minute < math.floor(now / 60000) - 1 then return 0 end
 for i = 1, #KEYS do
-  redis.call('INCRBY', KEYS[i] .. ':' .. minute, ARGV[1])
-  redis.call('PEXPIRE', KEYS[i] .. ':' .. minute, 120000)
+  local key = KEYS[i] .. ':' .. minute
+  if redis.call('INCRBY', key, delta) < 0 then redis.call('SET', key, 0) end
+  redis.call('PEXPIRE', key, 120000)
 end
-return 0
+return #KEYS
 """
 )
+
+
+def _zrem(key: str, members: list[str]) -> Callable[[Redis], Awaitable[Any]]:
+    return lambda redis: redis.zrem(key, *members)
 
 
 class SharedCounters:
@@ -108,13 +123,14 @@ class SharedCounters:
         max_retry_after_s: float = 30.0,
     ) -> None:
         self.local = LocalCounters()
+        """Rates counted here while Redis is unreachable."""
         self.lease_ms = int(lease_s * 1000)
         self.prefix = f"{key_prefix}limits:"
         self.where = redacted_url(url)
         self.max_retry_after_s = max_retry_after_s
         self.held: dict[str, str] = {}
-        """Slots this process holds in Redis: member -> set key."""
-        self._in_redis: set[str] = set()
+        """Every slot this process holds (admitted by Redis, or here while it was down): member -> set
+        key. Redis gets each back when it lost it, and the fallback counts them."""
         self._ids = (f"{os.getpid()}:{secrets.token_hex(4)}:{n}" for n in itertools.count())
         self._client = redis_client(url, timeout_s)
         self._failures = 0
@@ -125,47 +141,74 @@ class SharedCounters:
         """A slot holder's id, unique across replicas."""
         return next(self._ids)
 
-    async def admit(self, slot: Slot | None, member: str, rates: list[Rate]) -> Refusal | None:
-        keys = [self.prefix + (slot.key if slot is not None else "-"), *(self.prefix + r.key for r in rates)]
-        costs = [str(value) for rate in rates for value in (rate.limit, rate.cost)]
-        argv = [str(self.lease_ms), member, str(slot.limit if slot is not None else 0), *costs]
+    async def admit(self, slot: Slot | None, member: str, rates: list[Rate]) -> Admitted | Refusal:
+        key = self.prefix + (slot.key if slot is not None else "-")
+        mine = {m: k for m, k in self.held.items() if k == key} if slot is not None else {}
+        keys = [key, *(self.prefix + r.key for r in rates)]
+        checks = [str(value) for rate in rates for value in (rate.limit, rate.cost, int(rate.tokens))]
+        argv = [str(self.lease_ms), member, str(slot.limit if slot is not None else 0), str(len(mine))]
+        argv += [*mine, *checks]
         ok, answer = await self._run(lambda redis: redis.eval(ADMIT, len(keys), *keys, *argv))
-        if not ok or not isinstance(answer, list):
-            return await self.local.admit(slot, member, rates)
+        admitted = self._answer(answer, slot, rates) if ok and isinstance(answer, list) else None
+        if admitted is None:
+            admitted = self._admit_here(slot, key, rates)
+        await self._forget_released(mine)
+        if isinstance(admitted, Admitted) and slot is not None:
+            self.held[member] = key
+            self._renew_in_background()
+        return admitted
+
+    @staticmethod
+    def _answer(answer: list[Any], slot: Slot | None, rates: list[Rate]) -> Admitted | Refusal | None:
+        if answer[0] == 0:
+            return Admitted(int(answer[1]))
         if answer[0] == 1 and slot is not None:
             return refusal_for(slot, None)
         if answer[0] == 2:
             window = Window(float(answer[2]), float(answer[3]), float(answer[4]) / 1000)
             return refusal_for(rates[int(answer[1]) - 1], window)
-        if slot is not None:
-            self.held[member] = self.prefix + slot.key
-            self._in_redis.add(member)
-            self._renew_in_background()
         return None
 
+    def _admit_here(self, slot: Slot | None, key: str, rates: list[Rate]) -> Admitted | Refusal:
+        """Redis unreachable: this process's own slots (every one it holds) and rates decide."""
+        if slot is not None and sum(1 for held in self.held.values() if held == key) >= slot.limit:
+            return refusal_for(slot, None)
+        counted = self.local.count(None, rates)
+        return Admitted(counted.minute, here=True) if isinstance(counted, Admitted) else counted
+
     async def release(self, slot: Slot, member: str) -> None:
-        if member not in self._in_redis:
-            await self.local.release(slot, member)
-            return
-        self._in_redis.discard(member)
         key = self.held.pop(member, None)
         if key is not None:
             await self._run(lambda redis: redis.zrem(key, member))
 
-    async def add_tokens(self, keys: list[str], tokens: int) -> None:
-        if not keys or tokens <= 0:
+    async def settle_tokens(self, keys: list[str], admitted: Admitted, delta: int) -> None:
+        if not keys or not delta:
+            return
+        if admitted.here:
+            await self.local.settle_tokens(keys, admitted, delta)
             return
         names = [self.prefix + key for key in keys]
-        ok, _ = await self._run(lambda redis: redis.eval(ADD, len(names), *names, str(tokens)))
-        if not ok:
-            await self.local.add_tokens(keys, tokens)
+        argv = (str(admitted.minute), str(delta))
+        ok, _ = await self._run(lambda redis: redis.eval(SETTLE, len(names), *names, *argv))
+        if not ok and delta > 0:  # counted here until Redis is back
+            await self.local.settle_tokens(keys, self.local.now(), delta)
 
     async def renew(self) -> None:
-        """Push every slot this process holds ``lease_s`` further on."""
+        """Push every slot this process holds ``lease_s`` further on (putting back any Redis lost)."""
         held = dict(self.held)
         if held:
             keys, members = list(held.values()), list(held)
             await self._run(lambda redis: redis.eval(RENEW, len(keys), *keys, str(self.lease_ms), *members))
+            await self._forget_released(held)
+
+    async def _forget_released(self, seen: dict[str, str]) -> None:
+        """Remove again the slots of ``seen`` released while a script that puts slots back was running."""
+        gone: dict[str, list[str]] = {}
+        for member, key in seen.items():
+            if member not in self.held:
+                gone.setdefault(key, []).append(member)
+        for key, members in gone.items():
+            await self._run(_zrem(key, members))
 
     def _renew_in_background(self) -> None:
         if self._renewer is None or self._renewer.done():

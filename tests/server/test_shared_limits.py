@@ -15,7 +15,7 @@ import pytest
 
 from history_proxy.config.loading import parse_config
 from history_proxy.config.models import Config
-from history_proxy.server.quotas import LocalCounters, Rate, Slot
+from history_proxy.server.quotas import Admitted, LocalCounters, Rate, Refusal, Slot
 from history_proxy.server.shared_limits import SharedCounters
 from tests.support.faults import FaultUpstream, chat, eventually, serving
 from tests.support.redis_server import RedisServer, redis_server
@@ -105,13 +105,13 @@ async def test_two_replicas_sharing_redis_hold_a_tenants_concurrency_in_total(
 async def test_the_slots_of_a_replica_that_died_come_back_after_the_lease(redis_server: RedisServer) -> None:
     slot = Slot("slots:a", 1, "tenant 'a'")
     dead = SharedCounters(redis_server.url, lease_s=1, key_prefix="test-limits:")
-    assert await dead.admit(slot, dead.member(), []) is None
+    assert isinstance(await dead.admit(slot, dead.member(), []), Admitted)
     await dead.aclose()  # stops renewing without giving the slot back, as a killed process would
     alive = SharedCounters(redis_server.url, lease_s=1, key_prefix="test-limits:")
     try:
-        assert await alive.admit(slot, alive.member(), []) is not None
+        assert isinstance(await alive.admit(slot, alive.member(), []), Refusal)
         await asyncio.sleep(1.2)
-        assert await alive.admit(slot, alive.member(), []) is None
+        assert isinstance(await alive.admit(slot, alive.member(), []), Admitted)
     finally:
         await alive.aclose()
 
@@ -122,11 +122,11 @@ async def test_a_slot_held_longer_than_the_lease_is_renewed_and_not_taken(redis_
     other = SharedCounters(redis_server.url, lease_s=1, key_prefix="test-limits:")
     try:
         member = holder.member()
-        assert await holder.admit(slot, member, []) is None
+        assert isinstance(await holder.admit(slot, member, []), Admitted)
         await asyncio.sleep(2.5)
-        assert await other.admit(slot, other.member(), []) is not None
+        assert isinstance(await other.admit(slot, other.member(), []), Refusal)
         await holder.release(slot, member)
-        assert await other.admit(slot, other.member(), []) is None
+        assert isinstance(await other.admit(slot, other.member(), []), Admitted)
     finally:
         await holder.aclose()
         await other.aclose()
@@ -139,7 +139,8 @@ async def test_with_redis_unreachable_each_process_still_holds_its_own_limits() 
         answers = [await counters.admit(None, counters.member(), [rate]) for _ in range(3)]
     finally:
         await counters.aclose()
-    assert answers[:2] == [None, None] and answers[2] is not None
+    assert [type(a) for a in answers] == [Admitted, Admitted, Refusal]
+    assert isinstance(answers[2], Refusal)
     assert "limits.per_tenant.requests_per_minute" in answers[2].message
 
 
@@ -150,12 +151,31 @@ async def test_the_rate_window_slides_the_previous_minute_out_and_says_when_to_r
     monkeypatch.setattr("history_proxy.server.quotas.time.time", lambda: now[0])
     rate = Rate("tenant:a:requests", 10, 1, "limits.per_tenant.requests_per_minute", "tenant 'a'")
     counters = LocalCounters()
-    assert [await counters.admit(None, "m", [rate]) for _ in range(10)] == [None] * 10
+    assert [await counters.admit(None, "m", [rate]) for _ in range(10)] == [Admitted(100)] * 10
     full = await counters.admit(None, "m", [rate])
-    assert full is not None and full.retry_after_s == 60  # nothing leaves before the minute is over
+    assert isinstance(full, Refusal) and full.retry_after_s == 60  # nothing leaves before the minute is over
     now[0] += 90  # half-way through the next minute: the previous one weighs 10 x 0.5
     admitted = [await counters.admit(None, "m", [rate]) for _ in range(6)]
-    assert admitted[:5] == [None] * 5 and admitted[5] is not None
+    assert admitted[:5] == [Admitted(101)] * 5 and isinstance(admitted[5], Refusal)
     assert admitted[5].retry_after_s == 6  # one request's room: a tenth of the previous minute's weight
     now[0] += 120  # two minutes idle: all forgotten
-    assert await counters.admit(None, "m", [rate]) is None
+    assert isinstance(await counters.admit(None, "m", [rate]), Admitted)
+
+
+async def test_a_token_reservation_is_settled_in_the_minute_it_was_counted_in(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [6000.0]  # the start of a minute
+    monkeypatch.setattr("history_proxy.server.quotas.time.time", lambda: now[0])
+    budget = Rate(
+        "tenant:a:tokens", 150, 600, "limits.per_tenant.tokens_per_minute", "tenant 'a'", tokens=True
+    )
+    counters = LocalCounters()
+    admitted = await counters.admit(None, "m", [budget])  # not spent yet: admitted, 600 reserved
+    assert isinstance(admitted, Admitted)
+    assert isinstance(await counters.admit(None, "m", [budget]), Refusal)  # the reservation spent it
+    now[0] += 60  # the next minute: the reservation's minute is the previous one, still weighing fully
+    await counters.settle_tokens([budget.key], admitted, 100 - 600)  # 100 tokens were really sent
+    assert isinstance(await counters.admit(None, "m", [budget]), Admitted)  # 100 < 150
+    await counters.settle_tokens([budget.key], admitted, -10_000)  # never below nothing
+    assert counters.minutes[budget.key].previous == 0
