@@ -20,6 +20,7 @@ from history_proxy.config.loading import json_schema, summary
 from history_proxy.config.locate import CONFIG_ENV, STARTER_NAME
 from history_proxy.config.models import Config
 from history_proxy.core.identity import Identity, match_role
+from history_proxy.mock.profiles import PROFILES
 from history_proxy.observability.logs import LOG_FORMATS
 from history_proxy.serve import CommandError, cmd_init, cmd_serve, load, uvicorn_options
 
@@ -248,10 +249,22 @@ def cmd_mock_upstream(args: argparse.Namespace) -> int:
 
     from history_proxy.mock.upstream import create_mock_app
 
-    app = create_mock_app(chunks=args.chunks, chunk_delay_s=args.chunk_delay_ms / 1000)
+    app = create_mock_app(
+        chunks=args.chunks,
+        chunk_delay_s=args.chunk_delay_ms / 1000,
+        input_token_factor=args.input_token_factor,
+        messages_profile=args.messages_profile,
+    )
     print(f"history-proxy mock upstream on http://{args.host}:{args.port}/v1", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, **uvicorn_options())  # type: ignore[arg-type]
     return 0
+
+
+def _ratio(text: str) -> float:
+    value = float(text)
+    if not 0.1 <= value <= 10:
+        raise argparse.ArgumentTypeError("must be between 0.1 and 10")
+    return value
 
 
 def _positive(text: str) -> int:
@@ -387,6 +400,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         metavar="MS",
         help="pause between pieces (default: 0)",
+    )
+    mock.add_argument(
+        "--messages-profile",
+        choices=PROFILES,
+        default="lenient",
+        help="unknown top-level Messages fields: accepted (lenient), refused with Anthropic's 400 (strict), "
+        "or context_management applied as Anthropic applies it (honour) (default: lenient)",
+    )
+    mock.add_argument(
+        "--input-token-factor",
+        type=_ratio,
+        default=1.0,
+        metavar="F",
+        help="report input tokens times F, as a provider with another tokenizer would (default: 1)",
     )
     mock.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="(default: info)")
     mock.set_defaults(handler=cmd_mock_upstream)

@@ -41,6 +41,9 @@ class FilterContext:
     """The request's ``max_completion_tokens`` / ``max_tokens``: the answer's room in that window."""
     pricing: Pricing | None = None
     """The routed upstream's prompt-cache prices (cost-aware filters; none: Anthropic's, the stricter)."""
+    token_ratio: float = 1.0
+    """The routed upstream's input tokens per token the proxy counts for this model's family
+    (:mod:`history_proxy.core.calibration`): token limits are divided by it."""
     notes: list[str] = field(default_factory=list)
     """Filters may append short outcome notes (e.g. ``summarize:fallback``); shown in headers and logs."""
 

@@ -43,6 +43,7 @@ from history_proxy.mock.common import (
     split,
     wants_tool_call,
 )
+from history_proxy.mock.profiles import extra_field, honoured, scaled
 from history_proxy.mock.strict import declared_tools, messages_refusal, responses_refusal
 from history_proxy.surfaces import messages as anthropic
 from history_proxy.surfaces import responses as openai_responses
@@ -123,7 +124,8 @@ class MockSurfaces(MockRoutes):
                 "content": [part],
             }
         model = _model(body, "gpt-4o-mini")
-        response = _response(body, digest, [item], cache_report(self.cache, model, view))
+        report = scaled(cache_report(self.cache, model, view), self.input_token_factor, model, view)
+        response = _response(body, digest, [item], report)
         if body.get("stream") is True:
             return _streaming(self._response_events(response, item, delay_s))
         await asyncio.sleep(delay_s)
@@ -177,7 +179,14 @@ class MockSurfaces(MockRoutes):
         if isinstance(read, Response):
             return read
         body, delay_s = read
+        refusal = extra_field(body) if self.messages_profile == "strict" else None
+        if refusal is not None:
+            return _anthropic_error(400, refusal)
+        managed: Any = None
         try:
+            if self.messages_profile == "honour":
+                counted = math.ceil(approximate_tokens(_received(body)) * self.input_token_factor)
+                body, managed = honoured(body, counted, self.input_token_factor)
             view = _received(body)
         except InvalidRequestError as exc:
             return _anthropic_error(400, exc.message)
@@ -197,7 +206,7 @@ class MockSurfaces(MockRoutes):
         else:
             block, stop = {"type": "text", "text": describe_received(view)}, "end_turn"
         model = _model(body, "claude-mock")
-        report = cache_report(self.cache, model, view)
+        report = scaled(cache_report(self.cache, model, view), self.input_token_factor, model, view)
         usage = {  # Anthropic's input_tokens leave out what the cache read and wrote
             "input_tokens": report.prompt_tokens - report.cached_tokens - report.written_tokens,
             "cache_read_input_tokens": report.cached_tokens,
@@ -214,6 +223,8 @@ class MockSurfaces(MockRoutes):
             "stop_sequence": None,
             "usage": usage,
         }
+        if managed is not None:
+            message["context_management"] = managed
         if body.get("stream") is True:
             return _streaming(self._message_events(message, delay_s))
         await asyncio.sleep(delay_s)
@@ -223,11 +234,23 @@ class MockSurfaces(MockRoutes):
         read = await self._read(request, anthropic_errors=True)
         if isinstance(read, Response):
             return read
+        body = read[0]
+        refusal = extra_field(body) if self.messages_profile == "strict" else None
+        if refusal is not None:
+            return _anthropic_error(400, refusal)
+        factor = self.input_token_factor
         try:
-            view = _received(read[0])
+            original = math.ceil(approximate_tokens(_received(body)) * factor)
+            managed = None
+            if self.messages_profile == "honour":
+                body, managed = honoured(body, original, factor)
+            counted = math.ceil(approximate_tokens(_received(body)) * factor)
         except InvalidRequestError as exc:
             return _anthropic_error(400, f"mock: {exc.message}")
-        return JSONResponse({"input_tokens": approximate_tokens(view)})
+        answer: dict[str, Any] = {"input_tokens": counted}
+        if managed is not None:
+            answer["context_management"] = {"original_input_tokens": original}
+        return JSONResponse(answer)
 
     async def _message_events(self, message: dict[str, Any], delay_s: float) -> AsyncIterator[bytes]:
         await asyncio.sleep(delay_s)
@@ -256,10 +279,14 @@ class MockSurfaces(MockRoutes):
                 )
         yield _event("content_block_stop", {"type": "content_block_stop", "index": 0})
         end = {"stop_reason": message["stop_reason"], "stop_sequence": None}
-        yield _event(
-            "message_delta",
-            {"type": "message_delta", "delta": end, "usage": {"output_tokens": usage["output_tokens"]}},
-        )
+        final: dict[str, Any] = {
+            "type": "message_delta",
+            "delta": end,
+            "usage": {"output_tokens": usage["output_tokens"]},
+        }
+        if "context_management" in message:
+            final["context_management"] = message["context_management"]
+        yield _event("message_delta", final)
         yield _event("message_stop", {"type": "message_stop"})
 
 

@@ -27,10 +27,12 @@ from history_proxy.observability.metrics import Exchange
 from history_proxy.pipeline.headers import history_headers
 from history_proxy.pipeline.run import PipelineResult
 from history_proxy.server.body import encode_json
+from history_proxy.server.context_standards import Standards, answer_rewrite, standards
 from history_proxy.server.edge import Call, Outgoing, Whole
 from history_proxy.server.forwarding import Forwarder
 from history_proxy.server.overflow import RETRY_HEADER, retry_if_overflow
 from history_proxy.server.warm import counted_off_loop, read_request
+from history_proxy.surfaces.context_management import with_beta
 from history_proxy.surfaces.shape import shape, surface_named
 from history_proxy.surfaces.table import BY_NAME, Surface
 from history_proxy.upstream.client import Body
@@ -53,13 +55,20 @@ async def handle(fwd: Forwarder, call: Call, surface: Surface) -> Outgoing:
     """One request on ``surface``'s route: shaped, forwarded, answered."""
     exchange = fwd.begin(call)
     identity = fwd.identify(call, exchange)
-    names, content, result = await _shaped(fwd, call, exchange, identity, surface)
+    names, content, result, managed = await _shaped(fwd, call, exchange, identity, surface)
     sent = call.header_items
     missing = [(name, value) for name, value in surface.default_headers if name not in call.headers]
     if missing:
         sent = [*sent, *missing]
     path = surface.upstream_path
+    rewrite = None
+    if managed is not None:
+        sent = with_beta(sent, managed.managed.beta)
+        rewrite = await answer_rewrite(
+            managed, surface, lambda body: fwd.open(call, exchange, path, names, body, sent)
+        )
     reply = await fwd.open(call, exchange, path, names, content, sent)
+    reply.rewrite = rewrite
     answer = history_headers(result, identity.role)
     if surface.refits:
         retried = await retry_if_overflow(
@@ -80,7 +89,7 @@ async def handle(fwd: Forwarder, call: Call, surface: Surface) -> Outgoing:
 
 async def _shaped(
     fwd: Forwarder, call: Call, exchange: Exchange, identity: Identity, surface: Surface
-) -> tuple[list[str], Body, PipelineResult]:
+) -> tuple[list[str], Body, PipelineResult, Standards | None]:
     """The upstreams to try, the shaped body (encoded) and what the chain did.
 
     Only the encoded body and the chain's figures outlive this call: the parsed messages are freed
@@ -98,18 +107,21 @@ async def _shaped(
     )
     if memo is not None and memo.max_messages:  # tenants never share a memo entry
         fwd.metrics.observe_memo(surface.name, shaped.reused, shaped.converted, memo.held)
-    content = encode_json(shaped.body)
+    managed = standards(pipeline, surface, names[0], shaped.body, shaped.result)
+    content = encode_json(shaped.body if managed is None else managed.managed.body)
     kept = exchange.shaped(shaped.result.without_messages())
     marks = config.upstreams[names[0]].cache_control
     if all(config.upstreams[name].cache_control == marks for name in names[1:]):
-        return names, content, kept
+        return names, content, kept, managed
 
     async def body_for(name: str) -> bytes:
         if config.upstreams[name].cache_control == marks:
             return content
-        return encode_json((await shape(surface, pipeline, body, identity, name)).body)  # other marks
+        other = await shape(surface, pipeline, body, identity, name)  # other marks
+        again = standards(pipeline, surface, name, other.body, other.result)
+        return encode_json(other.body if again is None else again.managed.body)
 
-    return names, body_for, kept
+    return names, body_for, kept, managed
 
 
 async def preview(fwd: Forwarder, call: Call) -> Outgoing:
