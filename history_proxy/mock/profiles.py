@@ -47,6 +47,7 @@ MESSAGES_FIELDS = frozenset(
         "tool_choice",
         "thinking",
         "service_tier",
+        "output_config",
     }
 )
 """The Messages API's generally available top-level fields (what a strict compatible server knows)."""
