@@ -256,3 +256,61 @@ def test_a_budget_fires_at_the_providers_count_after_warm_up_and_metrics_show_th
         assert found is not None, [line for line in metrics.splitlines() if "ratio" in line]
         assert 1.5 < float(found.group(1)) < 1.7
         mock.stop()
+
+
+def _compacting(stream: bool, pause: bool, turns: int = 40) -> dict[str, Any]:
+    edit: dict[str, Any] = {"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 50_000}}
+    if pause:
+        edit["pause_after_compaction"] = True
+    return {
+        "model": "claude-sonnet-4-6",
+        "max_tokens": 64,
+        "stream": stream,
+        "messages": _conversation(turns),  # ~60k tokens
+        "context_management": {"edits": [edit]},
+    }
+
+
+def test_compaction_pauses_with_the_block_alone_and_the_next_request_starts_from_it(
+    strict: Server, tmp_path: Path
+) -> None:
+    with _proxy(tmp_path, strict.url, None) as proxy:
+        headers = {**HEADERS, "anthropic-beta": "compact-2026-01-12"}
+        body = _compacting(stream=False, pause=True)
+        paused = httpx.post(f"{proxy.url}/v1/messages", json=body, headers=headers, timeout=60)
+        assert paused.status_code == 200, paused.text
+        answer = paused.json()
+        assert answer["stop_reason"] == "compaction"
+        (block,) = answer["content"]
+        assert block["type"] == "compaction" and "user asked: Question 0" in block["content"]
+        assert _applied_types(answer["context_management"]) == ["compact_20260112"]
+        # the client appends the whole answer and goes on: everything before the block is dropped
+        follow = {
+            **body,
+            "messages": [
+                *body["messages"],
+                {"role": "assistant", "content": answer["content"]},
+                {"role": "user", "content": "Go on."},
+            ],
+        }
+        went_on = httpx.post(f"{proxy.url}/v1/messages", json=follow, headers=headers, timeout=60)
+        assert went_on.status_code == 200, went_on.text
+        said = went_on.json()["content"][0]["text"]
+        assert said.startswith("mock: received 1 messages (user=1)")  # the summary and "Go on." in one
+        assert went_on.json()["context_management"] == {"applied_edits": []}
+
+
+def test_compaction_without_a_pause_opens_the_streamed_answer_with_the_block(
+    strict: Server, tmp_path: Path
+) -> None:
+    with _proxy(tmp_path, strict.url, None) as proxy:
+        body = _compacting(stream=True, pause=False)
+        answer = httpx.post(f"{proxy.url}/v1/messages", json=body, headers=HEADERS, timeout=60)
+        assert answer.status_code == 200, answer.text
+        events = [json.loads(line[5:]) for line in answer.text.splitlines() if line.startswith("data:")]
+        starts = [e for e in events if e["type"] == "content_block_start"]
+        assert [(e["index"], e["content_block"]["type"]) for e in starts] == [(0, "compaction"), (1, "text")]
+        assert {e["index"] for e in events if e["type"] == "content_block_delta"} == {1}
+        text = "".join(e["delta"]["text"] for e in events if e["type"] == "content_block_delta")
+        assert text.startswith("mock: received 1 messages (user=1)")  # the upstream answered from the summary
+        assert _applied_types(_final_delta(answer.text)["context_management"]) == ["compact_20260112"]

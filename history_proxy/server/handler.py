@@ -27,7 +27,7 @@ from history_proxy.observability.metrics import Exchange
 from history_proxy.pipeline.headers import history_headers
 from history_proxy.pipeline.run import PipelineResult
 from history_proxy.server.body import encode_json
-from history_proxy.server.context_standards import Standards, answer_rewrite, standards
+from history_proxy.server.context_standards import Standards, answer_rewrite, pause_answer, standards
 from history_proxy.server.edge import Call, Outgoing, Whole
 from history_proxy.server.forwarding import Forwarder
 from history_proxy.server.overflow import RETRY_HEADER, retry_if_overflow
@@ -56,6 +56,9 @@ async def handle(fwd: Forwarder, call: Call, surface: Surface) -> Outgoing:
     exchange = fwd.begin(call)
     identity = fwd.identify(call, exchange)
     names, content, result, managed = await _shaped(fwd, call, exchange, identity, surface)
+    own = pause_answer(managed) if managed is not None else None
+    if own is not None:  # compacted with pause_after_compaction: the proxy's own answer, nothing sent
+        return _answered(fwd, exchange, history_headers(result, identity.role), *own)
     sent = call.header_items
     missing = [(name, value) for name, value in surface.default_headers if name not in call.headers]
     if missing:
@@ -107,7 +110,7 @@ async def _shaped(
     )
     if memo is not None and memo.max_messages:  # tenants never share a memo entry
         fwd.metrics.observe_memo(surface.name, shaped.reused, shaped.converted, memo.held)
-    managed = standards(pipeline, surface, names[0], shaped.body, shaped.result)
+    managed = await standards(pipeline, surface, names[0], shaped.body, shaped.result, identity)
     content = encode_json(shaped.body if managed is None else managed.managed.body)
     kept = exchange.shaped(shaped.result.without_messages())
     marks = config.upstreams[names[0]].cache_control
@@ -118,10 +121,22 @@ async def _shaped(
         if config.upstreams[name].cache_control == marks:
             return content
         other = await shape(surface, pipeline, body, identity, name)  # other marks
-        again = standards(pipeline, surface, name, other.body, other.result)
+        again = await standards(pipeline, surface, name, other.body, other.result, identity)
         return encode_json(other.body if again is None else again.managed.body)
 
     return names, body_for, kept, managed
+
+
+def _answered(
+    fwd: Forwarder, exchange: Exchange, headers: dict[str, str], content: bytes, kind: str
+) -> Outgoing:
+    """An answer the proxy gives itself (with the ``x-history-*`` headers), recorded as a 200."""
+    answer = Whole(200, content)
+    answer.headers += [(b"content-type", kind.encode("latin-1"))]
+    headers = {**headers, "x-request-id": exchange.request_id}
+    answer.headers += [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
+    fwd.finish(exchange, 200)
+    return answer
 
 
 async def preview(fwd: Forwarder, call: Call) -> Outgoing:

@@ -8,9 +8,13 @@
   answers 400 to it, and what the client sent must never fail a request that would succeed without);
 - ``emulate``: the client's edits are applied here, in the order the client listed them, each to
   the output of the one before (:mod:`~history_proxy.surfaces.edit_clear_tool_uses`,
-  :mod:`~history_proxy.surfaces.edit_clear_thinking`); the field and its beta are removed, and the
-  answer gets ``context_management.applied_edits`` (:mod:`history_proxy.surfaces.context_answer`);
-- ``strip``: the field and its beta are removed, nothing is applied.
+  :mod:`~history_proxy.surfaces.edit_clear_thinking`; a due :mod:`~history_proxy.surfaces.edit_compact`
+  is handed back for the server to summarise); the field and its betas are removed, and the answer
+  gets ``context_management.applied_edits`` (:mod:`history_proxy.surfaces.context_answer`);
+- ``strip``: the field and its betas are removed, nothing is applied.
+
+In both ``emulate`` and ``strip``, everything before the newest ``compaction`` block the client sends
+back is replaced by its summary first (the upstream does not know the block).
 
 The order with the caller's chain: the chain runs first (its view of the request as the client sent
 it), then the client's edits, on what the chain kept, as Anthropic's API applies them to what it
@@ -26,8 +30,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from history_proxy.config.standards import CONTEXT_MANAGEMENT_BETA, ContextManagementMode
-from history_proxy.surfaces import edit_clear_thinking, edit_clear_tool_uses
-from history_proxy.surfaces.edit_common import EditInput
+from history_proxy.surfaces import edit_clear_thinking, edit_clear_tool_uses, edit_compact
+from history_proxy.surfaces.edit_common import EditInput, text_tokens
 
 FIELD = "context_management"
 Edit = Callable[[dict[str, Any], list[Any], EditInput], tuple[list[Any], dict[str, Any] | None]]
@@ -48,6 +52,10 @@ class Managed:
     applied: list[dict[str, Any]] | None = None
     """Emulated: the ``applied_edits`` for the answer (empty when none applied)."""
     cleared_tokens: int = 0
+    compact: dict[str, Any] | None = None
+    """Emulated: the ``compact_20260112`` edit that is due (the summary is the caller's to write)."""
+    input_tokens: int = 0
+    """Emulated: the request's input tokens (calibrated) after the edits."""
 
 
 def edits_of(body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -72,23 +80,38 @@ def manage(
     if mode == "native":
         return Managed(_native(body), beta="merge")
     stripped = {key: value for key, value in body.items() if key != FIELD}
-    if mode == "strip" or not isinstance(body.get("messages"), list):
+    natives = body.get("messages")
+    if not isinstance(natives, list):
         return Managed(stripped, beta="remove", applied=None if mode == "strip" else [])
-    messages: list[Any] = body["messages"]
+    messages = edit_compact.expanded(natives)  # the upstream cannot read a compaction block
+    if mode == "strip":
+        return Managed(_with(stripped, natives, messages), beta="remove")
     seen = env(body)
-    applied: list[dict[str, Any]] = []
-    cleared = 0
+    if messages is not natives:  # counted again: the dropped history no longer counts
+        seen = replace(seen, input_tokens=sum(text_tokens(m.get("content"), seen.tokens) for m in messages))
+    managed = Managed(stripped, beta="remove", applied=[])
     for edit in edits_of(body):
-        apply = EDITS.get(str(edit.get("type")))
+        kind = edit.get("type")
+        if kind == edit_compact.TYPE:
+            if edit_compact.due(edit, seen):
+                managed.compact = edit
+            continue
+        apply = EDITS.get(str(kind))
         if apply is None:
             continue
         messages, entry = apply(edit, messages, seen)
         if entry is not None:
-            applied.append(entry)
+            managed.applied = [*(managed.applied or []), entry]
             freed = int(entry.get("cleared_input_tokens", 0))
-            cleared += freed
+            managed.cleared_tokens += freed
             seen = replace(seen, input_tokens=max(0, seen.input_tokens - freed))
-    return Managed({**stripped, "messages": messages}, beta="remove", applied=applied, cleared_tokens=cleared)
+    managed.body = _with(stripped, natives, messages)
+    managed.input_tokens = seen.input_tokens
+    return managed
+
+
+def _with(body: dict[str, Any], natives: list[Any], messages: list[Any]) -> dict[str, Any]:
+    return body if messages is natives else {**body, "messages": messages}
 
 
 def _native(body: dict[str, Any]) -> dict[str, Any]:
@@ -105,7 +128,8 @@ def _native(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def with_beta(headers: list[tuple[str, str]], action: str | None) -> list[tuple[str, str]]:
-    """``headers`` with ``context-management-2025-06-27`` merged into or removed from ``anthropic-beta``."""
+    """``headers`` with ``context-management-2025-06-27`` merged into ``anthropic-beta``, or it and
+    ``compact-2026-01-12`` removed from it."""
     if action is None:
         return headers
     out: list[tuple[str, str]] = []
@@ -117,7 +141,7 @@ def with_beta(headers: list[tuple[str, str]], action: str | None) -> list[tuple[
             continue
         betas = [b.strip() for b in value.split(",") if b.strip()]
         if action == "remove":
-            betas = [b for b in betas if b != CONTEXT_MANAGEMENT_BETA]
+            betas = [b for b in betas if b not in (CONTEXT_MANAGEMENT_BETA, edit_compact.BETA)]
         found = found or CONTEXT_MANAGEMENT_BETA in betas
         if betas:
             first = len(out) if first is None else first

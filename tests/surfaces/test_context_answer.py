@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from history_proxy.surfaces.context_answer import AppliedEdits, OriginalTokens
+from history_proxy.surfaces.context_answer import AppliedEdits, Compacted, OriginalTokens, paused
 
 APPLIED = {"applied_edits": [{"type": "clear_thinking_20251015", "cleared_thinking_turns": 1}]}
 STREAM = (
@@ -47,3 +47,46 @@ def test_count_tokens_gets_the_original_count() -> None:
     }
     unchanged = json.loads(OriginalTokens(None).whole(b'{"input_tokens":600}'))
     assert unchanged["context_management"] == {"original_input_tokens": 600}
+
+
+def test_a_compacted_stream_opens_with_the_block_and_shifts_every_later_block() -> None:
+    block = {"type": "compaction", "content": "summary"}
+    text_start = (
+        b'event: content_block_start\ndata: {"type":"content_block_start","index":0,'
+        b'"content_block":{"type":"text","text":""}}\n\n'
+    )
+    stream = STREAM.replace(b"event: content_block_delta", text_start + b"event: content_block_delta")
+    for size in (3, len(stream)):
+        rewrite = Compacted(APPLIED, block)
+        out = (
+            b"".join(rewrite.piece(stream[i : i + size]) for i in range(0, len(stream), size)) + rewrite.end()
+        )
+        found = events(out)
+        assert [(e["type"], e.get("index")) for e in found] == [
+            ("message_start", None),
+            ("content_block_start", 0),
+            ("content_block_stop", 0),
+            ("content_block_start", 1),
+            ("content_block_delta", 1),
+            ("message_delta", None),
+            ("message_stop", None),
+        ]
+        assert found[1]["content_block"] == block and found[5]["context_management"] == APPLIED
+
+
+def test_a_paused_compaction_is_answered_with_the_block_alone() -> None:
+    block = {"type": "compaction", "content": "summary"}
+    whole, kind = paused({"model": "claude-x"}, block, APPLIED)
+    answer = json.loads(whole)
+    assert (
+        kind == "application/json" and answer["content"] == [block] and answer["stop_reason"] == "compaction"
+    )
+    streamed, kind = paused({"model": "claude-x", "stream": True}, block, APPLIED)
+    assert kind == "text/event-stream"
+    assert [e["type"] for e in events(streamed)] == [
+        "message_start",
+        "content_block_start",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from history_proxy.surfaces import edit_clear_thinking, edit_clear_tool_uses
+from history_proxy.surfaces import edit_clear_thinking, edit_clear_tool_uses, edit_compact
 from history_proxy.surfaces.context_management import manage, with_beta
 from history_proxy.surfaces.edit_common import EditInput
 
@@ -250,3 +250,65 @@ def test_the_beta_is_merged_once_and_removed_alone() -> None:
     assert with_beta([("anthropic-beta", f"a,{beta}")], "merge") == [("anthropic-beta", f"a,{beta}")]
     assert with_beta([("anthropic-beta", f"a, {beta}")], "remove") == [("anthropic-beta", "a")]
     assert with_beta([("anthropic-beta", beta)], "remove") == []
+
+
+# --- compact_20260112 ------------------------------------------------------------------------------
+
+
+def compaction(text: str = "the summary") -> dict[str, Any]:
+    return {"type": "compaction", "content": text}
+
+
+def test_everything_before_the_newest_compaction_block_is_replaced_by_its_summary() -> None:
+    messages = [
+        {"role": "user", "content": "old task"},
+        {"role": "assistant", "content": [compaction("first")]},
+        {"role": "user", "content": "more"},
+        {"role": "assistant", "content": [compaction("second"), {"type": "text", "text": "Answer."}]},
+        {"role": "user", "content": "Go on."},
+    ]
+    out = edit_compact.expanded(messages)
+    assert out == [
+        {"role": "user", "content": [{"type": "text", "text": edit_compact.OPENING + "second"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "Answer."}]},
+        {"role": "user", "content": "Go on."},
+    ]
+
+
+def test_a_block_alone_joins_its_summary_to_the_next_user_message() -> None:
+    messages = [{"role": "assistant", "content": [compaction()]}, {"role": "user", "content": "Go on."}]
+    assert edit_compact.expanded(messages) == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": edit_compact.OPENING + "the summary"},
+                {"type": "text", "text": "Go on."},
+            ],
+        }
+    ]
+
+
+def test_a_request_without_compaction_blocks_is_handed_back() -> None:
+    messages = conversation(call(0))
+    assert edit_compact.expanded(messages) is messages
+
+
+def test_compaction_is_due_past_its_trigger_and_never_under_50k() -> None:
+    edit = {"type": edit_compact.TYPE, "trigger": {"type": "input_tokens", "value": 1000}}
+    assert not edit_compact.due(edit, env(input_tokens=49_999))
+    assert edit_compact.due(edit, env(input_tokens=50_000))
+    assert not edit_compact.due({"type": edit_compact.TYPE}, env(input_tokens=149_999))
+    assert edit_compact.due({"type": edit_compact.TYPE}, env(input_tokens=150_000))
+
+
+def test_a_due_compaction_is_handed_back_for_the_summary_and_strip_still_expands_blocks() -> None:
+    request = body(context_management={"edits": [{"type": edit_compact.TYPE}]})
+    assert manage(request, "emulate", lambda _: env(input_tokens=200_000)).compact == {
+        "type": edit_compact.TYPE
+    }
+    assert manage(request, "emulate", lambda _: env(input_tokens=1_000)).compact is None
+    with_block = body(
+        messages=[{"role": "assistant", "content": [compaction()]}, {"role": "user", "content": "x"}]
+    )
+    stripped = manage(with_block, "strip", lambda _: env())
+    assert "compaction" not in str(stripped.body["messages"])
