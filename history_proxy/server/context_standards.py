@@ -82,6 +82,7 @@ async def standards(
     if managed.applied is not None:
         notes = result.report.setdefault("notes", [])
         notes.append(UNCOUNTED_NOTE)
+        notes += [f"context_edit:{edit['type']}" for edit in managed.applied]
         if managed.compact is not None and not surface.upstream_path.endswith("/count_tokens"):
             await _compact(found, pipeline, identity, upstream, notes)
     return found
@@ -112,7 +113,7 @@ async def _compact(
                 "compact_20260112: no summary (%s); the request goes on uncompacted", type(exc).__name__
             )
     if not summary:
-        notes.append("compact:no_summary")
+        notes.append("context_edit:compact:no_summary")
         return
     managed.body = {**managed.body, "messages": edit_compact.compacted(summary)}
     managed.applied = [
@@ -121,7 +122,7 @@ async def _compact(
     ]
     found.compaction = edit_compact.block(summary)
     found.pause = edit.get("pause_after_compaction") is True
-    notes.append("compact:applied")
+    notes.append(f"context_edit:{edit_compact.TYPE}")
 
 
 async def answer_rewrite(
