@@ -166,6 +166,24 @@ def _replay_paths(files: list[str], half: str | None) -> list[str]:
     return out
 
 
+def _client_edits(value: str | None) -> list[dict[str, Any]] | None:
+    """``--client-edits``: a JSON list of Messages context edits, or ``@FILE`` holding one."""
+    if value is None:
+        return None
+    text = Path(value[1:]).read_text(encoding="utf-8") if value.startswith("@") else value
+    try:
+        edits = json.loads(text)
+    except ValueError as exc:
+        raise CommandError(f"--client-edits: not JSON ({exc})") from None
+    if isinstance(edits, dict):
+        edits = edits.get("edits", edits.get("context_management", {}).get("edits"))
+    if not isinstance(edits, list) or not all(isinstance(edit, dict) for edit in edits):
+        raise CommandError(
+            '--client-edits: give a JSON list of edits, e.g. \'[{"type": "clear_tool_uses_20250919"}]\''
+        )
+    return edits
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     from history_proxy.core.tokens import TokenCounters
     from history_proxy.devtools.replay import ReplayError
@@ -184,7 +202,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
     tokens = TokenCounters()
     try:
         bodies = chat_bodies({file: _read_body(file) for file in args.file}, args.api, args.tool_loops)
-        results = replay_files(bodies, lambda: Pipeline(config, tokens), identity, _pricing(args.pricing))
+        edits = _client_edits(args.client_edits)
+        results = replay_files(
+            bodies, lambda: Pipeline(config, tokens), identity, _pricing(args.pricing), edits
+        )
     except ReplayError as exc:
         raise CommandError(str(exc)) from None
     if not results:
@@ -229,7 +250,8 @@ def _compare(args: argparse.Namespace) -> int:
 
     try:
         bodies = chat_bodies({file: _read_body(file) for file in args.file}, args.api, args.tool_loops)
-        rows = compare(bodies, {path: chain(path) for path in args.compare}, _pricing(args.pricing))
+        chains = {path: chain(path) for path in args.compare}
+        rows = compare(bodies, chains, _pricing(args.pricing), _client_edits(args.client_edits))
     except ReplayError as exc:
         raise CommandError(str(exc)) from None
     if args.json:
@@ -366,6 +388,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="replay only tool loops: conversations of N messages or more with a tool call (the cost target: 12)",
     )
     _add_caller_options(replay_)
+    replay_.add_argument(
+        "--client-edits",
+        metavar="JSON|@FILE",
+        help="apply a client's Messages context_management edits after the chain, as the proxy emulates "
+        "them (a JSON list of edits, or @FILE; docs/replay.md)",
+    )
     replay_.add_argument("--html", metavar="OUT", help="also write a self-contained HTML page with a chart")
     replay_.add_argument(
         "--compare",

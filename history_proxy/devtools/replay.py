@@ -32,6 +32,7 @@ from history_proxy.core.evidence import kept_share
 from history_proxy.core.evidence_context import REASONS, ContextEvidence, ContextMemo, measure_context
 from history_proxy.core.identity import Identity
 from history_proxy.core.messages import Message
+from history_proxy.devtools.replay_edits import with_client_edits
 from history_proxy.errors import ProxyError
 from history_proxy.pipeline.run import Pipeline
 
@@ -253,10 +254,16 @@ def _evidence_fields(evidence: ContextEvidence | None) -> dict[str, Any]:
 
 
 async def replay(
-    pipeline: Pipeline, body: dict[str, Any], identity: Identity, pricing: Pricing | None = None
+    pipeline: Pipeline,
+    body: dict[str, Any],
+    identity: Identity,
+    pricing: Pricing | None = None,
+    client_edits: list[dict[str, Any]] | None = None,
 ) -> ReplayResult:
     """Run the chain on every growing request of ``body``'s conversation, priced by ``pricing``
-    (default: the routed upstream's pricing model)."""
+    (default: the routed upstream's pricing model); with ``client_edits`` (Messages
+    ``context_management`` edits), each request gets them after the chain, as the proxy emulates them
+    (:mod:`history_proxy.devtools.replay_edits`)."""
     messages = body.get("messages") if isinstance(body, dict) else None
     if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
         raise ReplayError("the file must be a chat-completions body with a non-empty 'messages' list")
@@ -281,11 +288,14 @@ async def replay(
                 f"request {number} (the first {end} messages): the proxy would answer {exc.status_code}: {exc.message}"
             ) from None
         chain, mode = result.report["chain"], result.mode
-        sent = result.filtered_messages
+        sent, tokens_sent = result.filtered_messages, result.tokens_after
+        if client_edits:
+            sent, _ = with_client_edits(sent, client_edits, counter.text, tokens_sent)
+            tokens_sent = counter.messages(sent)
         keys = [_without_marks(m) for m in sent]
         shared = shared_prefix(previous, keys)
         per_message = [counter.message(m) for m in sent]
-        priced = billed.send(keys, per_message, result.tokens_after)
+        priced = billed.send(keys, per_message, tokens_sent)
         for m in messages[len(original_keys) : end]:
             original_keys.append(_without_marks(m))
             original_tokens.append(counter.message(m))
@@ -297,7 +307,7 @@ async def replay(
                 request=number,
                 messages=len(sent),
                 tokens_unfiltered=result.tokens_before,
-                tokens_sent=result.tokens_after,
+                tokens_sent=tokens_sent,
                 tokens_cached_prefix=sum(per_message[:shared]),
                 tokens_cached=priced.cached,
                 cost=priced.cost,

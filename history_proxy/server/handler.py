@@ -86,6 +86,7 @@ async def handle(fwd: Forwarder, call: Call, surface: Surface) -> Outgoing:
         )
         if retried is not None:
             reply, answer[RETRY_HEADER] = retried[0], str(retried[1])
+            reply.rewrite = rewrite
     reply.stream_error = surface.stream_error
     return await fwd.respond(reply, exchange, answer)
 
@@ -153,6 +154,11 @@ async def preview(fwd: Forwarder, call: Call) -> Outgoing:
     shaped = await counted_off_loop(
         lambda: shape(surface, pipeline, body, identity, names[0]), body, pipeline.tokens
     )
+    managed = await standards(pipeline, surface, names[0], shaped.body, shaped.result, identity)
+    if (
+        managed is not None
+    ):  # the body as it would be sent: the client's edits as the upstream's mode makes them
+        shaped.body = managed.managed.body
     result = exchange.shaped(shaped.result)
     headers = {**history_headers(result, identity.role), "x-request-id": exchange.request_id}
     content = encode_json({"body": shaped.body, "report": result.report})  # a lone "\ud800" stays escaped
