@@ -117,10 +117,12 @@ def apply(
 def _rewritten(messages: list[Any], changes: dict[tuple[int, int], dict[str, Any]]) -> list[Any]:
     """``messages`` with the changed blocks in place (changed messages copied, the others shared)."""
     out = list(messages)
-    for m in sorted({m for m, _ in changes}):
-        content = list(messages[m]["content"])
-        for (at, b), block in changes.items():
-            if at == m:
-                content[b] = block
+    contents: dict[int, list[Any]] = {}
+    for (m, b), block in changes.items():
+        content = contents.get(m)
+        if content is None:
+            content = contents[m] = list(messages[m]["content"])
+        content[b] = block
+    for m, content in contents.items():
         out[m] = {**messages[m], "content": content}
     return out

@@ -41,31 +41,43 @@ PROMPT = (
 )
 
 
-def is_compaction(block: Any) -> bool:
-    return isinstance(block, dict) and block.get("type") == "compaction"
-
-
 def expanded(messages: list[Any]) -> list[Any]:
     """``messages`` with everything before the newest ``compaction`` block replaced by its summary (a
     user message), and the block itself left out; ``messages`` itself when it holds none."""
+    found = _newest(messages)
+    if found is None:
+        return messages
+    m, at = found
+    content = blocks(messages[m])
+    summary = content[at].get("content")
+    text = {"type": "text", "text": OPENING + (summary if isinstance(summary, str) else "")}
+    rest = content[at + 1 :]
+    later = messages[m + 1 :]
+    if rest:
+        return [{"role": "user", "content": [text]}, {**messages[m], "content": rest}, *later]
+    if later and isinstance(later[0], dict) and later[0].get("role") == "user":
+        first = later[0]["content"]
+        opening = [{"type": "text", "text": first}] if isinstance(first, str) else list(blocks(later[0]))
+        if not any(isinstance(b, dict) and b.get("type") == "tool_result" for b in opening):
+            return [{**later[0], "content": [text, *opening]}, *later[1:]]
+    return [{"role": "user", "content": [text]}, *later]
+
+
+def _newest(messages: list[Any]) -> tuple[int, int] | None:
+    """Where the newest ``compaction`` block is (message, block): one pass over assistant blocks, the
+    walk every request carrying ``context_management`` pays (Claude Code's do)."""
     for m in range(len(messages) - 1, -1, -1):
-        content = blocks(messages[m])
-        at = next((b for b in range(len(content) - 1, -1, -1) if is_compaction(content[b])), None)
-        if at is None:
+        message = messages[m]
+        if message.__class__ is not dict or message.get("role") != "assistant":
             continue
-        summary = content[at].get("content")
-        text = {"type": "text", "text": OPENING + (summary if isinstance(summary, str) else "")}
-        rest = content[at + 1 :]
-        later = messages[m + 1 :]
-        if rest:
-            return [{"role": "user", "content": [text]}, {**messages[m], "content": rest}, *later]
-        if later and isinstance(later[0], dict) and later[0].get("role") == "user":
-            first = later[0]["content"]
-            opening = [{"type": "text", "text": first}] if isinstance(first, str) else list(blocks(later[0]))
-            if not any(isinstance(b, dict) and b.get("type") == "tool_result" for b in opening):
-                return [{**later[0], "content": [text, *opening]}, *later[1:]]
-        return [{"role": "user", "content": [text]}, *later]
-    return messages
+        content = message.get("content")
+        if content.__class__ is not list:
+            continue
+        for b in range(len(content) - 1, -1, -1):
+            block = content[b]
+            if block.__class__ is dict and block.get("type") == "compaction":
+                return m, b
+    return None
 
 
 def due(edit: dict[str, Any], env: EditInput) -> bool:
