@@ -6,9 +6,10 @@ text as more tokens (a production report measured 1.63x). Per upstream and model
 in its answers' ``usage`` to the proxy's own count of the request it sent, as an exponentially
 smoothed mean (``SMOOTHING`` of each new observation), bounded to ``[MIN_RATIO, MAX_RATIO]``, and
 starting from the config's ``upstreams.<name>.token_ratios`` (so a restart starts where the config
-says, not from 1). Token triggers and budgets divide their limit by the ratio
-(:func:`calibrated_limit`): a 100k budget on an upstream that bills 1.6x fires at 62.5k counted
-tokens. ``count_tokens`` answers are the provider's own and are never calibrated.
+says, not from 1; a seed for ``claude`` covers ``claude-opus`` until it has a ratio of its own).
+Token triggers and budgets divide their limit by the ratio (:func:`calibrated_limit`): a 100k
+budget on an upstream that bills 1.6x fires at 62.5k counted tokens. ``count_tokens`` answers are
+the provider's own and are never calibrated.
 
 The table is bounded: at most ``MAX_ENTRIES`` (upstream, family) pairs, families being a handful of
 words per upstream; further pairs are not learned (ratio 1, or their seed).
@@ -72,9 +73,20 @@ class Calibration:
         """The ratio for a request to ``upstream`` with ``model`` (1.0 when nothing is known)."""
         if upstream is None:
             return 1.0
-        key = (upstream, family_of(model))
-        found = self._ratios.get(key)
-        return found if found is not None else self._seeds.get(key, 1.0)
+        family = family_of(model)
+        found = self._ratios.get((upstream, family))
+        return found if found is not None else self._seed(upstream, family, 1.0)
+
+    def _seed(self, upstream: str, family: str, default: float) -> float:
+        """The configured ratio of ``family`` or of the nearest shorter family (``claude`` for
+        ``claude-opus``), else ``default``."""
+        while True:
+            seeded = self._seeds.get((upstream, family))
+            if seeded is not None:
+                return seeded
+            family, dash, _ = family.rpartition("-")
+            if not dash:
+                return default
 
     def observe(self, upstream: str, model: str, counted: int, reported: int) -> None:
         """One answer: the proxy counted ``counted`` input tokens, the upstream reported ``reported``."""
@@ -87,8 +99,7 @@ class Calibration:
             if current is None:
                 if len(self._ratios) >= MAX_ENTRIES:
                     return
-                start = self._seeds.get(key)
-                current = sample if start is None else start
+                current = self._seed(upstream, key[1], sample)
             self._ratios[key] = _bounded(current + SMOOTHING * (sample - current))
 
     def items(self) -> Iterator[tuple[str, str, float]]:

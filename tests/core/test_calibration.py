@@ -74,3 +74,11 @@ def test_the_table_is_bounded() -> None:
     for n in range(MAX_ENTRIES + 10):
         calibration.observe(f"u{n}", "claude-x", 1000, 1500)
     assert len(list(calibration.items())) == MAX_ENTRIES
+
+
+def test_a_seed_for_a_family_covers_its_longer_families_until_they_learn() -> None:
+    calibration = Calibration({"claude": {"claude": 1.5}})
+    assert calibration.ratio("claude", "claude-opus-4-6") == 1.5
+    calibration.observe("claude", "claude-opus-4-6", 1000, 2000)
+    assert 1.5 < calibration.ratio("claude", "claude-opus-4-6") < 2.0  # smoothed from the seed
+    assert calibration.ratio("claude", "claude-haiku-4-5") == 1.5
