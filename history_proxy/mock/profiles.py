@@ -9,7 +9,8 @@
   among them: what copilot-api, local servers and other vendors' endpoints answer Claude Code);
 - ``honour``: ``context_management`` is applied as Anthropic's API applies it (the same edit modules
   the proxy emulates with), its ``applied_edits`` returned in the answer, ``original_input_tokens``
-  on ``count_tokens``.
+  on ``count_tokens``; ``compact_20260112`` is not honoured (the mock writes no summaries: a request
+  past its trigger is answered as any other, and ``compaction`` blocks sent back are expanded).
 
 ``--input-token-factor F`` makes every input figure the mock reports (``usage`` on all surfaces) F
 times the proxy's own count of what the mock received (tiktoken, the model's encoding), standing in
