@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from history_proxy.config.models import Config
 from history_proxy.core.identity import Identity
 from history_proxy.errors import ProxyError
 from history_proxy.observability.calibration_metrics import UNCOUNTED_NOTE
@@ -48,6 +49,15 @@ class Standards:
     """The ``compaction`` block the answer opens with (a compaction was applied)."""
     pause: bool = False
     """``pause_after_compaction``: the proxy answers with the block alone, nothing is forwarded."""
+
+
+def same_mode_fallbacks(config: Config, surface: Surface, body: Any, names: list[str]) -> list[str]:
+    """``names`` less the fallbacks whose ``context_management`` mode differs from the first upstream's,
+    for a Messages request carrying the field (its body and beta header are made for that mode)."""
+    if surface.name != "messages" or len(names) < 2 or not isinstance(body, dict) or FIELD not in body:
+        return names
+    mode = config.upstreams[names[0]].context_management_mode
+    return [names[0], *(n for n in names[1:] if config.upstreams[n].context_management_mode == mode)]
 
 
 async def standards(

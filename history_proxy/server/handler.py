@@ -27,7 +27,13 @@ from history_proxy.observability.metrics import Exchange
 from history_proxy.pipeline.headers import history_headers
 from history_proxy.pipeline.run import PipelineResult
 from history_proxy.server.body import encode_json
-from history_proxy.server.context_standards import Standards, answer_rewrite, pause_answer, standards
+from history_proxy.server.context_standards import (
+    Standards,
+    answer_rewrite,
+    pause_answer,
+    same_mode_fallbacks,
+    standards,
+)
 from history_proxy.server.edge import Call, Outgoing, Whole
 from history_proxy.server.forwarding import Forwarder
 from history_proxy.server.overflow import RETRY_HEADER, retry_if_overflow
@@ -102,7 +108,7 @@ async def _shaped(
     """
     config, pipeline = call.state.config, call.state.pipeline
     body = await read_request(call, surface.history)
-    names = fwd.route(call, body, exchange)
+    names = same_mode_fallbacks(config, surface, body, fwd.route(call, body, exchange))
     check_speaks(config, surface, names)
     exchange.read(body, keep=config.log_bodies)
     memo = None if surface.body_is_view else call.state.views.for_tenant(identity.tenant)

@@ -132,3 +132,29 @@ def test_a_seeded_ratio_divides_the_budget_from_the_first_request() -> None:
     assert ctx.token_ratio == 1.6 and limiter.budget(ctx) == 62_500
     other = pipeline.context(Identity(role="worker"), "gpt-4o", "claude")
     assert limiter.budget(other) == 100_000  # another family: nothing known
+
+
+@pytest.mark.parametrize(("fallback_mode", "tried"), [(None, False), ("emulate", True)])
+async def test_a_fallback_of_another_mode_is_not_tried_for_a_request_carrying_the_field(
+    mocked: respx.MockRouter, fallback_mode: str | None, tried: bool
+) -> None:
+    mocked.post("https://claude.test/v1/messages").respond(
+        503, json={"type": "error", "error": {"type": "x"}}
+    )
+    fallback = mocked.post("https://api.anthropic.com/v1/messages").respond(json=MESSAGE)
+    second: dict[str, Any] = {"base_url": "https://api.anthropic.com/v1", "api": "anthropic", "retries": 0}
+    if fallback_mode is not None:
+        second["context_management"] = fallback_mode
+    raw = {
+        "upstreams": {
+            "first": {"base_url": "https://claude.test/v1", "api": "anthropic", "retries": 0},
+            "second": second,
+        },
+        "routes": [{"model": "claude-*", "upstream": "first", "fallbacks": ["second"]}],
+    }
+    async with serve(parse_config(raw, env={})) as client:
+        answer = await client.post("/v1/messages", json=body())
+        plain = {key: value for key, value in body().items() if key != "context_management"}
+        without = await client.post("/v1/messages", json=plain)
+    assert (answer.status_code == 200) is tried and fallback.call_count == 1 + tried
+    assert without.status_code == 200  # a request without the field takes every fallback
