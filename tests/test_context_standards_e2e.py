@@ -314,3 +314,37 @@ def test_compaction_without_a_pause_opens_the_streamed_answer_with_the_block(
         text = "".join(e["delta"]["text"] for e in events if e["type"] == "content_block_delta")
         assert text.startswith("mock: received 1 messages (user=1)")  # the upstream answered from the summary
         assert _applied_types(_final_delta(answer.text)["context_management"]) == ["compact_20260112"]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_an_upstream_that_compacts_itself_gets_its_blocks_back_verbatim_through_native_mode(
+    honouring: Server, tmp_path: Path, stream: bool
+) -> None:
+    with _proxy(tmp_path, honouring.url, "native") as proxy:
+        body = _compacting(stream=stream, pause=False)
+        answer = httpx.post(f"{proxy.url}/v1/messages", json=body, headers=HEADERS, timeout=60)
+        assert answer.status_code == 200, answer.text
+        if stream:
+            events = [json.loads(line[5:]) for line in answer.text.splitlines() if line.startswith("data:")]
+            starts = [e for e in events if e["type"] == "content_block_start"]
+            assert [(e["index"], e["content_block"]["type"]) for e in starts] == [
+                (0, "compaction"),
+                (1, "text"),
+            ]
+            block = starts[0]["content_block"]
+        else:
+            block = answer.json()["content"][0]
+        assert block["type"] == "compaction" and block["content"].startswith("mock summary: ")
+        assert _applied_types(_managed(answer, stream)) == ["compact_20260112"]
+        follow = {
+            **body,
+            "stream": False,
+            "messages": [
+                *body["messages"],
+                {"role": "assistant", "content": [block]},
+                {"role": "user", "content": "Go on."},
+            ],
+        }
+        went_on = httpx.post(f"{proxy.url}/v1/messages", json=follow, headers=HEADERS, timeout=60)
+        assert went_on.status_code == 200, went_on.text
+        assert went_on.json()["content"][0]["text"].startswith("mock: received 1 messages (user=1)")

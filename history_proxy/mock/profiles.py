@@ -9,8 +9,9 @@
   among them: what copilot-api, local servers and other vendors' endpoints answer Claude Code);
 - ``honour``: ``context_management`` is applied as Anthropic's API applies it (the same edit modules
   the proxy emulates with), its ``applied_edits`` returned in the answer, ``original_input_tokens``
-  on ``count_tokens``; ``compact_20260112`` is not honoured (the mock writes no summaries: a request
-  past its trigger is answered as any other, and ``compaction`` blocks sent back are expanded).
+  on ``count_tokens``; a due ``compact_20260112`` summarises with the mock's own description of the
+  history (the ``compaction`` block first in the answer, alone with ``stop_reason: "compaction"`` when
+  ``pause_after_compaction``), and ``compaction`` blocks sent back stand for what they summarise.
 
 ``--input-token-factor F`` makes every input figure the mock reports (``usage`` on all surfaces) F
 times the proxy's own count of what the mock received (tiktoken, the model's encoding), standing in
@@ -20,14 +21,17 @@ for a provider whose tokenizer counts F times what the proxy counts.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from history_proxy.core.messages import Message
 from history_proxy.core.tokens import TokenCounters
 from history_proxy.mock.cache import CacheReport
+from history_proxy.mock.common import describe_received
+from history_proxy.surfaces import edit_compact
 from history_proxy.surfaces.context_management import FIELD, manage, thinking_enabled
 from history_proxy.surfaces.edit_common import EditInput
+from history_proxy.surfaces.shape import as_chat
 
 MessagesProfile = Literal["lenient", "strict", "honour"]
 PROFILES: tuple[MessagesProfile, ...] = ("lenient", "strict", "honour")
@@ -82,9 +86,21 @@ def scaled(report: CacheReport, factor: float, model: str, view: list[Message]) 
     )
 
 
-def honoured(body: dict[str, Any], input_tokens: int, factor: float) -> tuple[dict[str, Any], Any]:
-    """``body`` with its ``context_management`` applied, and the answer's ``context_management``
-    (``None`` when the request carries none)."""
+@dataclass
+class Honoured:
+    """What the answer to a request whose ``context_management`` the mock applied carries."""
+
+    context_management: dict[str, Any]
+    block: dict[str, Any] | None = None
+    """The ``compaction`` block the answer opens with (a ``compact_20260112`` was due)."""
+    pause: bool = False
+
+
+def honoured(
+    body: dict[str, Any], input_tokens: int, factor: float
+) -> tuple[dict[str, Any], Honoured | None]:
+    """``body`` with its ``context_management`` applied, and what the answer carries (``None`` when the
+    request carries none). A due compaction's summary is the mock's own description of the history."""
     if FIELD not in body:
         return body, None
 
@@ -96,4 +112,11 @@ def honoured(body: dict[str, Any], input_tokens: int, factor: float) -> tuple[di
         )
 
     managed = manage(body, "emulate", env)
-    return managed.body, {"applied_edits": managed.applied or []}
+    applied = managed.applied or []
+    if managed.compact is None:
+        return managed.body, Honoured({"applied_edits": applied})
+    summary = "mock summary: " + describe_received(as_chat("messages", managed.body)["messages"])
+    compacted = {**managed.body, "messages": edit_compact.compacted(summary)}
+    entry = {"type": edit_compact.TYPE, "cleared_input_tokens": managed.input_tokens}
+    pause = managed.compact.get("pause_after_compaction") is True
+    return compacted, Honoured({"applied_edits": [*applied, entry]}, edit_compact.block(summary), pause)

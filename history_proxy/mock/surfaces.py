@@ -224,7 +224,11 @@ class MockSurfaces(MockRoutes):
             "usage": usage,
         }
         if managed is not None:
-            message["context_management"] = managed
+            message["context_management"] = managed.context_management
+            if managed.block is not None:  # compacted: the block first, or alone when pausing
+                paused = managed.pause
+                message["content"] = [managed.block] if paused else [managed.block, block]
+                message["stop_reason"] = "compaction" if paused else message["stop_reason"]
         if body.get("stream") is True:
             return _streaming(self._message_events(message, delay_s))
         await asyncio.sleep(delay_s)
@@ -254,30 +258,13 @@ class MockSurfaces(MockRoutes):
 
     async def _message_events(self, message: dict[str, Any], delay_s: float) -> AsyncIterator[bytes]:
         await asyncio.sleep(delay_s)
-        block = message["content"][0]
         usage = message["usage"]
         start = {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
+        start.pop("context_management", None)
         yield _event("message_start", {"type": "message_start", "message": start})
-        if block["type"] == "tool_use":
-            yield _event(
-                "content_block_start",
-                {"type": "content_block_start", "index": 0, "content_block": {**block, "input": {}}},
-            )
-            delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
-            yield _event("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta})
-        else:
-            yield _event(
-                "content_block_start",
-                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-            )
-            for i, piece in enumerate(split(block["text"], self.chunks)):
-                if i:
-                    await asyncio.sleep(self.chunk_delay_s)
-                delta = {"type": "text_delta", "text": piece}
-                yield _event(
-                    "content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}
-                )
-        yield _event("content_block_stop", {"type": "content_block_stop", "index": 0})
+        for index, block in enumerate(message["content"]):
+            async for event in self._block_events(block, index):
+                yield event
         end = {"stop_reason": message["stop_reason"], "stop_sequence": None}
         final: dict[str, Any] = {
             "type": "message_delta",
@@ -288,6 +275,31 @@ class MockSurfaces(MockRoutes):
             final["context_management"] = message["context_management"]
         yield _event("message_delta", final)
         yield _event("message_stop", {"type": "message_stop"})
+
+    async def _block_events(self, block: dict[str, Any], index: int) -> AsyncIterator[bytes]:
+        """One content block's events: a ``tool_use`` with its input in one delta, a text in
+        ``chunks`` deltas, any other block (a ``compaction``) whole in its start event."""
+        kind = block["type"]
+        first = {**block, "input": {}} if kind == "tool_use" else {"type": "text", "text": ""}
+        if kind not in ("tool_use", "text"):
+            first = block
+        yield _event(
+            "content_block_start", {"type": "content_block_start", "index": index, "content_block": first}
+        )
+        if kind == "tool_use":
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+            yield _event(
+                "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
+            )
+        elif kind == "text":
+            for i, piece in enumerate(split(block["text"], self.chunks)):
+                if i:
+                    await asyncio.sleep(self.chunk_delay_s)
+                delta = {"type": "text_delta", "text": piece}
+                yield _event(
+                    "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
+                )
+        yield _event("content_block_stop", {"type": "content_block_stop", "index": index})
 
 
 def _model(body: dict[str, Any], default: str) -> str:

@@ -60,7 +60,8 @@ def honoured(body: dict[str, Any]) -> tuple[dict[str, Any], Any]:
     """``body`` with its ``context_management`` applied, and the answer's ``context_management``."""
     from history_proxy.mock.profiles import honoured as apply
 
-    return apply(body, max(1, len(json.dumps(body)) // 4), 1.0)
+    applied, answer = apply(body, max(1, len(json.dumps(body)) // 4), 1.0)
+    return applied, None if answer is None else answer.context_management
 
 
 SIGNATURE = "c2lnbmF0dXJlLWZyb20tdGhlLXJlY29yZGVy"  # any opaque string: the client passes it back
