@@ -17,7 +17,6 @@ words per upstream; further pairs are not learned (ratio 1, or their seed).
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Iterator, Mapping
 
@@ -33,19 +32,17 @@ MIN_COUNTED = 64
 """Requests the proxy counted under this many tokens teach nothing (fixed overheads dominate)."""
 MAX_ENTRIES = 256
 
-_WORD = re.compile(r"[a-z]+")
-
 
 def family_of(model: str) -> str:
     """A model's family: its leading alphabetic words (``claude-opus-4-6`` -> ``claude-opus``,
     ``gpt-4o-mini`` -> ``gpt``), or its first word when none is alphabetic (``o3-mini`` -> ``o3``)."""
-    words = model.lower().split("/")[-1].split("-")
-    family = []
+    words = model.lower().rpartition("/")[2].split("-")
+    n = 0
     for word in words:
-        if not _WORD.fullmatch(word):
+        if not (word.isalpha() and word.isascii()):
             break
-        family.append(word)
-    return "-".join(family) if family else (words[0] or "unknown")
+        n += 1
+    return "-".join(words[:n]) if n else (words[0] or "unknown")
 
 
 def _bounded(ratio: float) -> float:
@@ -71,8 +68,8 @@ class Calibration:
 
     def ratio(self, upstream: str | None, model: str) -> float:
         """The ratio for a request to ``upstream`` with ``model`` (1.0 when nothing is known)."""
-        if upstream is None:
-            return 1.0
+        if upstream is None or not (self._ratios or self._seeds):
+            return 1.0  # nothing learned or seeded yet: no family to work out
         family = family_of(model)
         found = self._ratios.get((upstream, family))
         return found if found is not None else self._seed(upstream, family, 1.0)

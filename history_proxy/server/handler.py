@@ -38,7 +38,7 @@ from history_proxy.server.edge import Call, Outgoing, Whole
 from history_proxy.server.forwarding import Forwarder
 from history_proxy.server.overflow import RETRY_HEADER, retry_if_overflow
 from history_proxy.server.warm import counted_off_loop, read_request
-from history_proxy.surfaces.context_management import with_beta
+from history_proxy.surfaces.context_management import FIELD, with_beta
 from history_proxy.surfaces.shape import shape, surface_named
 from history_proxy.surfaces.table import BY_NAME, Surface
 from history_proxy.upstream.client import Body
@@ -117,7 +117,9 @@ async def _shaped(
     )
     if memo is not None and memo.max_messages:  # tenants never share a memo entry
         fwd.metrics.observe_memo(surface.name, shaped.reused, shaped.converted, memo.held)
-    managed = await standards(pipeline, surface, names[0], shaped.body, shaped.result, identity)
+    managed = None
+    if FIELD in shaped.body and surface.name == "messages":  # one lookup for a request without it
+        managed = await standards(pipeline, surface, names[0], shaped.body, shaped.result, identity)
     content = encode_json(shaped.body if managed is None else managed.managed.body)
     kept = exchange.shaped(shaped.result.without_messages())
     marks = config.upstreams[names[0]].cache_control
