@@ -20,6 +20,7 @@ from history_proxy.config.loading import json_schema, summary
 from history_proxy.config.locate import CONFIG_ENV, STARTER_NAME
 from history_proxy.config.models import Config
 from history_proxy.core.identity import Identity, match_role
+from history_proxy.mock.profiles import PROFILES
 from history_proxy.observability.logs import LOG_FORMATS
 from history_proxy.serve import CommandError, cmd_init, cmd_serve, config_in_use, load, uvicorn_options
 
@@ -182,6 +183,24 @@ def _say_skipped(files: list[str], kept: dict[str, Any], tool_loops: int) -> Non
     )
 
 
+def _client_edits(value: str | None) -> list[dict[str, Any]] | None:
+    """``--client-edits``: a JSON list of Messages context edits, or ``@FILE`` holding one."""
+    if value is None:
+        return None
+    text = Path(value[1:]).read_text(encoding="utf-8") if value.startswith("@") else value
+    try:
+        edits = json.loads(text)
+    except ValueError as exc:
+        raise CommandError(f"--client-edits: not JSON ({exc})") from None
+    if isinstance(edits, dict):
+        edits = edits.get("edits", edits.get("context_management", {}).get("edits"))
+    if not isinstance(edits, list) or not all(isinstance(edit, dict) for edit in edits):
+        raise CommandError(
+            '--client-edits: give a JSON list of edits, e.g. \'[{"type": "clear_tool_uses_20250919"}]\''
+        )
+    return edits
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     from history_proxy.core.tokens import TokenCounters
     from history_proxy.devtools.replay import ReplayError
@@ -201,7 +220,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
     try:
         bodies = chat_bodies({file: _read_body(file) for file in args.file}, args.api, args.tool_loops)
         _say_skipped(args.file, bodies, args.tool_loops)
-        results = replay_files(bodies, lambda: Pipeline(config, tokens), identity, _pricing(args.pricing))
+        edits = _client_edits(args.client_edits)
+        results = replay_files(
+            bodies, lambda: Pipeline(config, tokens), identity, _pricing(args.pricing), edits
+        )
     except ReplayError as exc:
         raise CommandError(str(exc)) from None
     if not results:
@@ -247,7 +269,8 @@ def _compare(args: argparse.Namespace) -> int:
     try:
         bodies = chat_bodies({file: _read_body(file) for file in args.file}, args.api, args.tool_loops)
         _say_skipped(args.file, bodies, args.tool_loops)
-        rows = compare(bodies, {path: chain(path) for path in args.compare}, _pricing(args.pricing))
+        chains = {path: chain(path) for path in args.compare}
+        rows = compare(bodies, chains, _pricing(args.pricing), _client_edits(args.client_edits))
     except ReplayError as exc:
         raise CommandError(str(exc)) from None
     if args.json:
@@ -294,10 +317,22 @@ def cmd_mock_upstream(args: argparse.Namespace) -> int:
 
     from history_proxy.mock.upstream import create_mock_app
 
-    app = create_mock_app(chunks=args.chunks, chunk_delay_s=args.chunk_delay_ms / 1000)
+    app = create_mock_app(
+        chunks=args.chunks,
+        chunk_delay_s=args.chunk_delay_ms / 1000,
+        input_token_factor=args.input_token_factor,
+        messages_profile=args.messages_profile,
+    )
     print(f"history-proxy mock upstream on http://{args.host}:{args.port}/v1", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, **uvicorn_options())  # type: ignore[arg-type]
     return 0
+
+
+def _ratio(text: str) -> float:
+    value = float(text)
+    if not 0.1 <= value <= 10:
+        raise argparse.ArgumentTypeError("must be between 0.1 and 10")
+    return value
 
 
 def _positive(text: str) -> int:
@@ -415,6 +450,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="replay only tool loops: conversations of N messages or more with a tool call (the cost target: 12)",
     )
     _add_caller_options(replay_)
+    replay_.add_argument(
+        "--client-edits",
+        metavar="JSON|@FILE",
+        help="apply a client's Messages context_management edits after the chain, as the proxy emulates "
+        "them (a JSON list of edits, or @FILE; docs/replay.md)",
+    )
     replay_.add_argument("--html", metavar="OUT", help="also write a self-contained HTML page with a chart")
     replay_.add_argument(
         "--compare",
@@ -478,6 +519,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         metavar="MS",
         help="pause between pieces (default: 0)",
+    )
+    mock.add_argument(
+        "--messages-profile",
+        choices=PROFILES,
+        default="lenient",
+        help="unknown top-level Messages fields: accepted (lenient), refused with Anthropic's 400 (strict), "
+        "or context_management applied as Anthropic applies it (honour) (default: lenient)",
+    )
+    mock.add_argument(
+        "--input-token-factor",
+        type=_ratio,
+        default=1.0,
+        metavar="F",
+        help="report input tokens times F, as a provider with another tokenizer would (default: 1)",
     )
     mock.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="(default: info)")
     mock.set_defaults(handler=cmd_mock_upstream)

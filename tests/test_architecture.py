@@ -362,6 +362,7 @@ CROSS_CUTTING = {
     "claude_code_e2e": "a real client end to end",
     "codex_e2e": "a real client end to end",
     "container": "the image built from the Dockerfile",
+    "context_standards_e2e": "the providers' context standards against strict and honouring upstreams",
     "deploy": "deploy/: manifests, compose, alerts, dashboards",
     "docs": "every page of docs/ and the README",
     "end_to_end": "the real serve and mock-upstream processes",

@@ -27,31 +27,34 @@ from tests.support.claude_code import DRIVER, INSTALL_TIMEOUT_S, claude_binary, 
 
 REPO = Path(__file__).resolve().parents[1]
 SECRET = "The secret word is PINEAPPLE-4242."
+BETA = "context-management-2025-06-27"
 
 pytestmark = pytest.mark.timeout(INSTALL_TIMEOUT_S + 300)  # the first run installs the CLI (~400 MB)
 
 
-def worker_config(ttl: str | None = "1h") -> str:
+def worker_config(ttl: str | None = "1h", context_management: str | None = None) -> str:
     """The default config's chains, its upstream the recorder (an Anthropic upstream with cache marks)."""
     config = yaml.safe_load((REPO / "config" / "default.yaml").read_text(encoding="utf-8"))
-    config["upstreams"] = {"claude": {"base_url": "UPSTREAM", "api": "anthropic", "cache_control": True}}
+    upstream: dict[str, Any] = {"base_url": "UPSTREAM", "api": "anthropic", "cache_control": True}
+    if context_management is not None:
+        upstream["context_management"] = context_management
+    config["upstreams"] = {"claude": upstream}
     config["routes"] = []
     config["cache_control"] = {"last_n_messages": 2, **({"ttl": ttl} if ttl else {})}
     return yaml.safe_dump(config, sort_keys=False)
 
 
 def run_claude(
-    tmp_path: Path, runs: list[tuple[list[str], str]], **spec: Any
+    tmp_path: Path, runs: list[tuple[list[str], str]], config: str | None = None, **spec: Any
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The CLI's runs (exit code, stdout, stderr) and the upstream's requests, all inside the namespace."""
     netns = netns_command()
     binary = claude_binary()
     (tmp_path / "note.txt").write_text(SECRET + "\n", encoding="utf-8")
     spec_file = tmp_path / "spec.json"
+    config = config if config is not None else worker_config()
     spec_file.write_text(
-        json.dumps(
-            {"claude": str(binary), "work": str(tmp_path), "config": worker_config(), "runs": runs, **spec}
-        ),
+        json.dumps({"claude": str(binary), "work": str(tmp_path), "config": config, "runs": runs, **spec}),
         encoding="utf-8",
     )
     done = subprocess.run(
@@ -114,7 +117,8 @@ def test_claude_code_runs_a_tool_loop_through_the_worker_role(tmp_path: Path) ->
         assert "claude-code-20250219" in betas and len(betas) >= 4  # every value passed through
         assert "x-agent-role" not in record["headers"]  # identity stays at the proxy
     for body in loop:
-        assert body["thinking"]["type"] == "adaptive" and "context_management" in body
+        # a local upstream's default mode is emulate: Claude Code's edits applied here, the field not sent
+        assert body["thinking"]["type"] == "adaptive" and "context_management" not in body
         assert len(body["system"]) == len(loop[0]["system"]) >= 2
         assert "Read" in [tool["name"] for tool in body["tools"]] and body["tools"] == loop[0]["tools"]
         roles = [m["role"] for m in body["messages"]]
@@ -147,3 +151,52 @@ def test_a_429_costs_no_more_upstream_calls_than_claude_codes_own_tries(tmp_path
     tries = [line for line in access_lines(tmp_path) if line["path"] == "/v1/messages"]
     assert [line["status"] for line in tries] == [429, 429, 200]
     assert [line["attempts"] for line in tries] == [1, 1, 1]
+
+
+def streamed_context_management(work: Path) -> list[Any]:
+    """The ``context_management`` of every ``/v1/messages`` answer Claude Code got (through the tap)."""
+    found = []
+    for line in (work / "answers.jsonl").read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        if not record["path"].startswith("/v1/messages?") or record["status"] != 200:
+            continue
+        events = [json.loads(x[5:]) for x in record["body"].splitlines() if x.startswith("data:")]
+        deltas = [e for e in events if e.get("type") == "message_delta"]
+        found.append(deltas[-1].get("context_management") if deltas else None)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("profile", "mode"), [("strict", None), ("honour", "native")], ids=["strict-emulated", "honouring-native"]
+)
+def test_claude_codes_context_management_works_on_a_strict_upstream_and_on_one_that_honours_it(
+    tmp_path: Path, profile: str, mode: str | None
+) -> None:
+    prompt = f"Read the file FILE:{tmp_path}/note.txt and tell me the secret word."
+    results, seen = run_claude(
+        tmp_path,
+        [(["--allowedTools", "Read"], prompt)],
+        config=worker_config(context_management=mode),
+        profile=profile,
+        tap=True,
+    )
+    assert results[0]["returncode"] == 0, results[0]["stderr"][-1000:]
+    assert f"DONE: {SECRET}" in results[0]["stdout"]  # the tool loop completed
+    loop = [r for r in seen if r["path"] == "/v1/messages" and r["body"].get("tools")]
+    assert len(loop) >= 2
+    for record in loop:
+        betas = record["headers"].get("anthropic-beta", "").split(",")
+        if profile == "strict":  # emulated: neither the field nor its beta reaches the upstream
+            assert "context_management" not in record["body"] and BETA not in betas
+        else:  # native: the field as Claude Code sent it, the beta with it
+            assert record["body"]["context_management"]["edits"][0]["type"] == "clear_thinking_20251015"
+            assert BETA in betas
+    # Claude Code's edit is clear_thinking with keep "all": the loop's thinking block goes back whole
+    kinds = [b.get("type") for m in loop[1]["body"]["messages"] for b in m["content"] if isinstance(b, dict)]
+    assert "thinking" in kinds
+    answers = streamed_context_management(tmp_path)
+    assert len(answers) >= 2 and all(answer is not None for answer in answers), answers
+    assert all(isinstance(answer["applied_edits"], list) for answer in answers)
+    notes = [line["notes"] for line in access_lines(tmp_path) if line["path"] == "/v1/messages"]
+    emulated = ["context_management:emulated" in (n or []) for n in notes]
+    assert any(emulated) if profile == "strict" else not any(emulated)

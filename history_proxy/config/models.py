@@ -26,6 +26,12 @@ from history_proxy.config.locate import packaged_config
 from history_proxy.config.policies import PoliciesConfig, PolicyMode
 from history_proxy.config.pricing import PresetName, PricingConfig, default_pricing
 from history_proxy.config.quotas import RateLimits, redis_url_or_none
+from history_proxy.config.standards import (
+    MAX_TOKEN_RATIO,
+    MIN_TOKEN_RATIO,
+    ContextManagementMode,
+    default_context_management,
+)
 from history_proxy.config.strict import StrictModel
 from history_proxy.config.summaries import SummaryCacheConfig
 from history_proxy.config.telemetry import TelemetryConfig
@@ -66,6 +72,25 @@ class UpstreamConfig(StrictModel):
     api: Literal["openai", "anthropic"] = "openai"
     """The API it speaks: ``openai`` (chat completions, Responses) or ``anthropic`` (Messages, and
     OpenAI-compatible chat completions; the key is sent as ``x-api-key``)."""
+    context_management: ContextManagementMode | None = None
+    """What a Messages request's ``context_management`` gets (``native``, ``emulate`` or ``strip``;
+    :mod:`history_proxy.config.standards`); unset: ``native`` for ``api.anthropic.com``, else ``emulate``."""
+    token_ratios: dict[str, float] = Field(default_factory=dict)
+    """Starting ratios of this upstream's reported input tokens to the proxy's count, by model family
+    (``claude: 1.6``); learned from its answers from there (:mod:`history_proxy.core.calibration`)."""
+
+    @field_validator("token_ratios")
+    @classmethod
+    def _ratios_bounded(cls, value: dict[str, float]) -> dict[str, float]:
+        for family, ratio in value.items():
+            if not MIN_TOKEN_RATIO <= ratio <= MAX_TOKEN_RATIO:
+                raise ValueError(f"{family}: must be between {MIN_TOKEN_RATIO} and {MAX_TOKEN_RATIO}")
+        return value
+
+    @property
+    def context_management_mode(self) -> ContextManagementMode:
+        """The mode set, or the base URL's default."""
+        return self.context_management or default_context_management(self.base_url)
 
     @field_validator("pricing", mode="before", json_schema_input_type=PricingConfig | PresetName | None)
     @classmethod

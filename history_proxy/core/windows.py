@@ -58,3 +58,9 @@ def share_of(text: str) -> float:
 def limit_from_share(share: float, window: int | None, reserve: int) -> int:
     """``share`` of ``window`` (``DEFAULT_WINDOW`` when unknown) less ``reserve``, at least 1."""
     return max(1, int((window or DEFAULT_WINDOW) * share) - reserve)
+
+
+def calibrated_limit(limit: int, ratio: float) -> int:
+    """A token limit in the proxy's own count, for an upstream that counts ``ratio`` times as many
+    (:mod:`history_proxy.core.calibration`)."""
+    return max(1, int(limit / ratio)) if ratio != 1.0 else limit

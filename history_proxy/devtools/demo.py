@@ -1,7 +1,8 @@
 """``history-proxy demo``: a recorded agent conversation sent through a running proxy as each role.
 
-The conversation is tau-bench's airline task 9 (sierra-research/tau-bench, MIT; ``tests/corpus``): a
-customer-service agent with tools, 62 messages. It is cut into the 31 requests the agent sent while
+The conversation is OpenHands' CodeAct agent fixing ponylang/ponyc#4593 (All-Hands-AI/OpenHands, MIT;
+``tests/corpus``): a coding agent with editor and shell tools, 68 messages. It is cut into the 33
+requests the agent sent while
 it grew (as ``history-proxy replay`` cuts it), and each request goes to the proxy's
 ``POST /v1/history/preview`` with ``X-Agent-Role`` set: the running proxy shapes it with its own config
 and sends nothing to a model (a ``summarize`` filter excepted, which asks the proxy's upstream for its
@@ -27,7 +28,7 @@ from history_proxy.devtools.replay_render import pricing_line
 
 DEMO_ROLES = ("orchestrator", "manager", "worker", "planner", "default")
 """The default config's roles, in the README's order."""
-CONVERSATION = "tau-bench airline task 9 (sierra-research/tau-bench, MIT)"
+CONVERSATION = "OpenHands CodeAct on ponylang/ponyc#4593 (All-Hands-AI/OpenHands, MIT)"
 
 
 class ProxyUnreachable(Exception):
@@ -35,7 +36,7 @@ class ProxyUnreachable(Exception):
 
 
 def demo_conversation() -> dict[str, Any]:
-    """The packaged conversation (a chat-completions body holding all 62 messages)."""
+    """The packaged conversation (a chat-completions body holding all 68 messages)."""
     text = resources.files("history_proxy.devtools").joinpath("demo_conversation.json").read_text("utf-8")
     body: dict[str, Any] = json.loads(text)
     return body

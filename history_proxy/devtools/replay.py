@@ -34,6 +34,7 @@ from history_proxy.core.evidence_context import REASONS, ContextEvidence, Contex
 from history_proxy.core.identity import Identity
 from history_proxy.core.messages import Message
 from history_proxy.core.tokens import TokenCounter
+from history_proxy.devtools.replay_edits import with_client_edits
 from history_proxy.errors import ProxyError
 from history_proxy.pipeline.run import Pipeline
 
@@ -272,29 +273,35 @@ Shape = Callable[[dict[str, Any]], Awaitable[Shaped]]
 
 
 async def replay(
-    pipeline: Pipeline, body: dict[str, Any], identity: Identity, pricing: Pricing | None = None
+    pipeline: Pipeline,
+    body: dict[str, Any],
+    identity: Identity,
+    pricing: Pricing | None = None,
+    client_edits: list[dict[str, Any]] | None = None,
 ) -> ReplayResult:
     """Run the chain on every growing request of ``body``'s conversation, priced by ``pricing``
-    (default: the routed upstream's pricing model)."""
+    (default: the routed upstream's pricing model); with ``client_edits`` (Messages
+    ``context_management`` edits), each request gets them after the chain, as the proxy emulates them
+    (:mod:`history_proxy.devtools.replay_edits`)."""
     model = str(body.get("model") or "") if isinstance(body, dict) else ""
     upstream = pipeline.config.route(model)[0]
     if pricing is None:
         pricing = pipeline.config.upstreams[upstream].price_model
+
+    counter = pipeline.tokens.get(model=model)
 
     async def shape(step: dict[str, Any]) -> Shaped:
         try:
             result = await pipeline.run(step, identity, upstream)
         except ProxyError as exc:
             raise ReplayError(f"the proxy would answer {exc.status_code}: {exc.message}") from None
-        return Shaped(
-            result.filtered_messages,
-            result.tokens_before,
-            result.tokens_after,
-            result.report["chain"],
-            result.mode,
-        )
+        sent, tokens_sent = result.filtered_messages, result.tokens_after
+        if client_edits:
+            sent, _ = with_client_edits(sent, client_edits, counter.text, tokens_sent)
+            tokens_sent = counter.messages(sent)
+        return Shaped(sent, result.tokens_before, tokens_sent, result.report["chain"], result.mode)
 
-    return await replay_through(shape, body, identity.role, pipeline.tokens.get(model=model), pricing)
+    return await replay_through(shape, body, identity.role, counter, pricing)
 
 
 def _checked_messages(body: Any) -> list[Message]:

@@ -50,13 +50,18 @@ def chat_bodies(bodies: dict[str, Any], api: str | None, tool_loops: int = 0) ->
 
 
 def replay_files(
-    bodies: dict[str, Any], pipeline: Callable[[], Pipeline], identity: Identity, pricing: Pricing | None
+    bodies: dict[str, Any],
+    pipeline: Callable[[], Pipeline],
+    identity: Identity,
+    pricing: Pricing | None,
+    client_edits: list[dict[str, Any]] | None = None,
 ) -> dict[str, ReplayResult]:
-    """Replay every chat body; raises ``ReplayError`` naming the file that cannot be replayed."""
+    """Replay every chat body (with the client's Messages edits after the chain, when given); raises
+    ``ReplayError`` naming the file that cannot be replayed."""
     results: dict[str, ReplayResult] = {}
     for name, body in bodies.items():
         try:
-            results[name] = asyncio.run(replay(pipeline(), body, identity, pricing))
+            results[name] = asyncio.run(replay(pipeline(), body, identity, pricing, client_edits))
         except ReplayError as exc:
             raise ReplayError(f"{name}: {exc}") from None
         except ProxyError as exc:
@@ -203,12 +208,18 @@ def compare(
     bodies: dict[str, Any],
     chains: dict[str, tuple[Callable[[], Pipeline], Identity]],
     pricing: Pricing | None = None,
+    client_edits: list[dict[str, Any]] | None = None,
 ) -> list[ChainFigures]:
     """Every chain (a pipeline factory and the caller it runs for) replayed on the same chat ``bodies``,
-    under ``pricing`` or else both presets, each row marked when it is on the frontier."""
+    under ``pricing`` or else both presets, each row marked when it is on the frontier; with
+    ``client_edits``, every chain once more with the client's edits after it (``NAME + client edits``)."""
     pricings = [pricing] if pricing else [ANTHROPIC, OPENAI]
+    variants: list[tuple[str, list[dict[str, Any]] | None]] = [("", None)]
+    if client_edits:
+        variants.append((" + client edits", client_edits))
     rows = [
-        figures(name, {p.name: replay_files(bodies, make, caller, p) for p in pricings})
+        figures(name + suffix, {p.name: replay_files(bodies, make, caller, p, edits) for p in pricings})
         for name, (make, caller) in chains.items()
+        for suffix, edits in variants
     ]
     return on_frontier(rows)

@@ -31,6 +31,7 @@ from itertools import accumulate
 
 from history_proxy.core.cost import ANTHROPIC, Pricing
 from history_proxy.core.messages import Message
+from history_proxy.core.windows import calibrated_limit
 from history_proxy.filters.base import FilterContext
 
 NOTICE_TOKENS = 16
@@ -122,4 +123,6 @@ def cost_boundary(
 
 def window_room(ctx: FilterContext) -> int | None:
     """The hard limit a cost trigger must respect: the model's window less the answer's room, if known."""
-    return ctx.window - ctx.reserve if ctx.window is not None else None
+    if ctx.window is None:
+        return None
+    return calibrated_limit(ctx.window - ctx.reserve, ctx.token_ratio)

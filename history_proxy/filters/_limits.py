@@ -6,7 +6,7 @@ from typing import Annotated
 
 from pydantic import BeforeValidator, WithJsonSchema
 
-from history_proxy.core.windows import limit_from_share, share_of
+from history_proxy.core.windows import calibrated_limit, limit_from_share, share_of
 from history_proxy.filters.base import FilterContext
 
 WINDOW_UNKNOWN_NOTE = "window:unknown-model"
@@ -34,11 +34,12 @@ TokenLimit = Annotated[int | str, BeforeValidator(_checked), WithJsonSchema(_LIM
 
 
 def resolve_limit(limit: int | str, ctx: FilterContext | None) -> int | None:
-    """The limit in tokens for this request (``None``: a share, asked without a request)."""
+    """The limit in the proxy's own tokens for this request (``None``: a share, asked without a request):
+    divided by the upstream's calibrated token ratio (:mod:`history_proxy.core.calibration`)."""
     if isinstance(limit, int):
-        return limit
+        return limit if ctx is None else calibrated_limit(limit, ctx.token_ratio)
     if ctx is None:
         return None
     if ctx.window is None and WINDOW_UNKNOWN_NOTE not in ctx.notes:
         ctx.notes.append(WINDOW_UNKNOWN_NOTE)
-    return limit_from_share(share_of(limit), ctx.window, ctx.reserve)
+    return calibrated_limit(limit_from_share(share_of(limit), ctx.window, ctx.reserve), ctx.token_ratio)

@@ -54,6 +54,9 @@ class FilterContext:
     recall: RecallStore | None = None
     """Where ``recall`` keeps the outputs it elides, for this request's tenant (none: only what the
     request itself holds can be restored)."""
+    token_ratio: float = 1.0
+    """The routed upstream's input tokens per token the proxy counts for this model's family
+    (:mod:`history_proxy.core.calibration`): token limits are divided by it."""
     notes: list[str] = field(default_factory=list)
     """Filters may append short outcome notes (e.g. ``summarize:fallback``); shown in headers and logs."""
 

@@ -12,5 +12,8 @@ Whether the mock may reuse the proxy's own adapters: only to *describe* what it 
 reads alike on every API). Whether a request is *valid* is judged by :mod:`history_proxy.mock.strict`,
 written from the APIs' documented rules without the proxy's adapters, checks or validators: a test
 oracle that shared the adapters' code would accept what the adapters wrongly build. A new check of
-validity goes in ``strict``, never through an adapter.
+validity goes in ``strict``, never through an adapter. The one exception is ``--messages-profile honour``
+(:mod:`history_proxy.mock.profiles`), which applies ``context_management`` with the proxy's own edit
+modules: it stands in for an upstream that applies them, so the proxy's ``native`` mode (which applies
+nothing) can be tested; the edits themselves are tested against the spec in tests/surfaces/.
 """

@@ -151,7 +151,13 @@ class MockRoutes:
         chunk_delay_s: float,
         first_byte_delay_s: float,
         cache: PromptCache | None = None,
+        input_token_factor: float = 1.0,
+        messages_profile: str = "lenient",
     ) -> None:
+        self.input_token_factor = input_token_factor
+        """Every reported input figure is multiplied by this (:mod:`history_proxy.mock.profiles`)."""
+        self.messages_profile = messages_profile
+        """``lenient``, ``strict`` or ``honour`` (:mod:`history_proxy.mock.profiles`)."""
         self.chunks = max(1, chunks)
         self.chunk_delay_s = chunk_delay_s
         self.first_byte_delay_s = first_byte_delay_s

@@ -42,6 +42,7 @@ from history_proxy.mock.common import (
     split,
     wants_tool_call,
 )
+from history_proxy.mock.profiles import extra_field, honoured, scaled
 from history_proxy.mock.strict import declared_tools, messages_refusal, responses_refusal
 from history_proxy.surfaces import messages as anthropic
 from history_proxy.surfaces import responses as openai_responses
@@ -122,7 +123,8 @@ class MockSurfaces(MockRoutes):
                 "content": [part],
             }
         model = _model(body, "gpt-4o-mini")
-        response = _response(body, digest, [item], cache_report(self.cache, model, view))
+        report = scaled(cache_report(self.cache, model, view), self.input_token_factor, model, view)
+        response = _response(body, digest, [item], report)
         if body.get("stream") is True:
             return _streaming(self._response_events(response, item, delay_s))
         await asyncio.sleep(delay_s)
@@ -176,7 +178,14 @@ class MockSurfaces(MockRoutes):
         if isinstance(read, Response):
             return read
         body, delay_s = read
+        refusal = extra_field(body) if self.messages_profile == "strict" else None
+        if refusal is not None:
+            return _anthropic_error(400, refusal)
+        managed: Any = None
         try:
+            if self.messages_profile == "honour":
+                counted = math.ceil(approximate_tokens(_received(body)) * self.input_token_factor)
+                body, managed = honoured(body, counted, self.input_token_factor)
             view = _received(body)
         except InvalidRequestError as exc:
             return _anthropic_error(400, exc.message)
@@ -199,7 +208,7 @@ class MockSurfaces(MockRoutes):
                 "end_turn",
             )
         model = _model(body, "claude-mock")
-        report = cache_report(self.cache, model, view)
+        report = scaled(cache_report(self.cache, model, view), self.input_token_factor, model, view)
         usage = {  # Anthropic's input_tokens leave out what the cache read and wrote
             "input_tokens": report.prompt_tokens - report.cached_tokens - report.written_tokens,
             "cache_read_input_tokens": report.cached_tokens,
@@ -216,6 +225,12 @@ class MockSurfaces(MockRoutes):
             "stop_sequence": None,
             "usage": usage,
         }
+        if managed is not None:
+            message["context_management"] = managed.context_management
+            if managed.block is not None:  # compacted: the block first, or alone when pausing
+                paused = managed.pause
+                message["content"] = [managed.block] if paused else [managed.block, block]
+                message["stop_reason"] = "compaction" if paused else message["stop_reason"]
         if body.get("stream") is True:
             return _streaming(self._message_events(message, delay_s))
         await asyncio.sleep(delay_s)
@@ -225,44 +240,68 @@ class MockSurfaces(MockRoutes):
         read = await self._read(request, anthropic_errors=True)
         if isinstance(read, Response):
             return read
+        body = read[0]
+        refusal = extra_field(body) if self.messages_profile == "strict" else None
+        if refusal is not None:
+            return _anthropic_error(400, refusal)
+        factor = self.input_token_factor
         try:
-            view = _received(read[0])
+            original = math.ceil(approximate_tokens(_received(body)) * factor)
+            managed = None
+            if self.messages_profile == "honour":
+                body, managed = honoured(body, original, factor)
+            counted = math.ceil(approximate_tokens(_received(body)) * factor)
         except InvalidRequestError as exc:
             return _anthropic_error(400, f"mock: {exc.message}")
-        return JSONResponse({"input_tokens": approximate_tokens(view)})
+        answer: dict[str, Any] = {"input_tokens": counted}
+        if managed is not None:
+            answer["context_management"] = {"original_input_tokens": original}
+        return JSONResponse(answer)
 
     async def _message_events(self, message: dict[str, Any], delay_s: float) -> AsyncIterator[bytes]:
         await asyncio.sleep(delay_s)
-        block = message["content"][0]
         usage = message["usage"]
         start = {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
+        start.pop("context_management", None)
         yield _event("message_start", {"type": "message_start", "message": start})
-        if block["type"] == "tool_use":
-            yield _event(
-                "content_block_start",
-                {"type": "content_block_start", "index": 0, "content_block": {**block, "input": {}}},
-            )
+        for index, block in enumerate(message["content"]):
+            async for event in self._block_events(block, index):
+                yield event
+        end = {"stop_reason": message["stop_reason"], "stop_sequence": None}
+        final: dict[str, Any] = {
+            "type": "message_delta",
+            "delta": end,
+            "usage": {"output_tokens": usage["output_tokens"]},
+        }
+        if "context_management" in message:
+            final["context_management"] = message["context_management"]
+        yield _event("message_delta", final)
+        yield _event("message_stop", {"type": "message_stop"})
+
+    async def _block_events(self, block: dict[str, Any], index: int) -> AsyncIterator[bytes]:
+        """One content block's events: a ``tool_use`` with its input in one delta, a text in
+        ``chunks`` deltas, any other block (a ``compaction``) whole in its start event."""
+        kind = block["type"]
+        first = {**block, "input": {}} if kind == "tool_use" else {"type": "text", "text": ""}
+        if kind not in ("tool_use", "text"):
+            first = block
+        yield _event(
+            "content_block_start", {"type": "content_block_start", "index": index, "content_block": first}
+        )
+        if kind == "tool_use":
             delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
-            yield _event("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta})
-        else:
             yield _event(
-                "content_block_start",
-                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+                "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
             )
+        elif kind == "text":
             for i, piece in enumerate(split(block["text"], self.chunks)):
                 if i:
                     await asyncio.sleep(self.chunk_delay_s)
                 delta = {"type": "text_delta", "text": piece}
                 yield _event(
-                    "content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}
+                    "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
                 )
-        yield _event("content_block_stop", {"type": "content_block_stop", "index": 0})
-        end = {"stop_reason": message["stop_reason"], "stop_sequence": None}
-        yield _event(
-            "message_delta",
-            {"type": "message_delta", "delta": end, "usage": {"output_tokens": usage["output_tokens"]}},
-        )
-        yield _event("message_stop", {"type": "message_stop"})
+        yield _event("content_block_stop", {"type": "content_block_stop", "index": index})
 
 
 def _model(body: dict[str, Any], default: str) -> str:

@@ -55,6 +55,7 @@ from history_proxy.mock.common import (
     split,
     wants_tool_call,
 )
+from history_proxy.mock.profiles import scaled
 from history_proxy.mock.strict import chat_refusal
 
 MOCK_MODELS = ("gpt-4o-mini", "gpt-4o", "gpt-4.1-mini", "claude-sonnet-4-5")
@@ -150,7 +151,9 @@ class MockUpstream(MockRoutes):
             body, request.headers.get("x-history-purpose"), lambda messages: self.describe(messages, model)
         )
         head = {"id": f"chatcmpl-mock-{digest_of(body)}", "created": int(time.time()), "model": model}
-        usage = _usage(cache_report(self.cache, model, body["messages"]), reply)
+        messages = body["messages"]
+        report = scaled(cache_report(self.cache, model, messages), self.input_token_factor, model, messages)
+        usage = _usage(report, reply)
         if body.get("stream") is True:
             options = body.get("stream_options")
             include_usage = isinstance(options, dict) and options.get("include_usage") is True
@@ -251,23 +254,33 @@ class MockUpstream(MockRoutes):
 
 
 def create_mock_app(
-    *, chunks: int = 5, chunk_delay_s: float = 0.0, first_byte_delay_s: float = 0.0
+    *,
+    chunks: int = 5,
+    chunk_delay_s: float = 0.0,
+    first_byte_delay_s: float = 0.0,
+    input_token_factor: float = 1.0,
+    messages_profile: str = "lenient",
 ) -> Starlette:
     """The mock upstream as an ASGI app (run it with uvicorn, or mount it behind ``httpx.ASGITransport``).
 
     ``chunks``: how many content pieces a streamed answer is split into; ``chunk_delay_s``: the
     pause between them; ``first_byte_delay_s``: the wait before any answer (``x-mock-delay-ms``
-    overrides it per request).
+    overrides it per request); ``input_token_factor`` and ``messages_profile``: see
+    :mod:`history_proxy.mock.profiles`.
     """
     from history_proxy.mock.surfaces import MockSurfaces
 
     cache = PromptCache()  # one for every surface, as a provider's cache is per account
-    mock = MockUpstream(
-        chunks=chunks, chunk_delay_s=chunk_delay_s, first_byte_delay_s=first_byte_delay_s, cache=cache
-    )
-    surfaces = MockSurfaces(
-        chunks=chunks, chunk_delay_s=chunk_delay_s, first_byte_delay_s=first_byte_delay_s, cache=cache
-    )
+    options: dict[str, Any] = {
+        "chunks": chunks,
+        "chunk_delay_s": chunk_delay_s,
+        "first_byte_delay_s": first_byte_delay_s,
+        "cache": cache,
+        "input_token_factor": input_token_factor,
+        "messages_profile": messages_profile,
+    }
+    mock = MockUpstream(**options)
+    surfaces = MockSurfaces(**options)
     routes = [Route("/healthz", mock.healthz, methods=["GET"])]
     for prefix in ("/v1", ""):
         routes += [

@@ -29,7 +29,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from history_proxy.config.models import Config
+from history_proxy.core.calibration import Calibration
 from history_proxy.core.identity import Identity
+from history_proxy.observability import calibration_metrics
 from history_proxy.observability.access import Exchange, access_log, request_id_for, write_access_line
 from history_proxy.observability.collectors import NO_LABEL
 from history_proxy.observability.request_metrics import RequestCollectors
@@ -63,6 +65,12 @@ class Metrics:
         self.summaries = SummaryCollectors(self.registry)
         self.role_hints = RoleHints(self.registry)
         self.telemetry = Telemetry(config.telemetry, self.registry)  # spans, ended by finish
+        self._calibration: Calibration | None = None
+
+    def watch_calibration(self, calibration: Calibration) -> None:
+        """Learn token ratios from every finished request, and expose them (``history_proxy_token_ratio``)."""
+        self._calibration = calibration
+        calibration_metrics.register(self.registry, calibration)
 
     def reconfigure(self, config: Config) -> None:
         """Take a (reloaded) config's roles, upstreams and secrets (collectors and their counts are kept)."""
@@ -109,6 +117,8 @@ class Metrics:
         if traffic and result is not None:
             self.shaping.observe(result, role)
         self.upstreams.observe(exchange, role, upstream)
+        if traffic and self._calibration is not None:
+            calibration_metrics.observe(self._calibration, exchange)
         if exchange.trace is not None:
             exchange.trace.end(exchange)
         if access_log.isEnabledFor(logging.INFO):  # no fields (or redacted body) for a line nobody sees

@@ -23,6 +23,7 @@ from typing import Any
 
 from history_proxy.config.models import Config
 from history_proxy.config.policies import PolicyMode
+from history_proxy.core.calibration import Calibration
 from history_proxy.core.cost import Pricing
 from history_proxy.core.identity import Identity
 from history_proxy.core.invariants import invariant_errors, invariants_hold
@@ -108,11 +109,17 @@ class Pipeline:
         tokens: TokenCounters,
         summarizer: Summarizer | None = None,
         recall: RecallStore | None = None,
+        calibration: Calibration | None = None,
     ) -> None:
         self.config = config
         self.tokens = tokens
         self.summarizer = summarizer
         self.recall: RecallStore = recall if recall is not None else MemoryRecallStore()
+        self.calibration = calibration if calibration is not None else Calibration()
+        """Learned token ratios per upstream and model family (shared across reloads by the server)."""
+        self.calibration.seed(
+            {name: u.token_ratios for name, u in config.upstreams.items() if u.token_ratios}
+        )
         self.completion_tools = frozenset(config.identity.completion_tools)
         # filter class -> whether it is awaited through apply_async (asking a pydantic model for a
         # missing attribute costs microseconds, on every filter of every request)
@@ -158,6 +165,7 @@ class Pipeline:
             pricing=self._pricing(upstream),
             window=window_of(model, self.config.context_windows),
             reserve=output_reserve(body) if body else 0,
+            token_ratio=self.calibration.ratio(upstream, model),
         )
 
     def _pricing(self, upstream: str | None) -> Pricing | None:

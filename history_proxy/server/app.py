@@ -31,6 +31,7 @@ from starlette.types import Scope
 
 from history_proxy.config.loading import ConfigError, load_config, summary
 from history_proxy.config.models import CONFIG_ENV, Config
+from history_proxy.core.calibration import Calibration
 from history_proxy.core.identity import Identity
 from history_proxy.core.tokens import TokenCounters
 from history_proxy.errors import FilterError, MethodNotAllowedError, NotFoundError, ProxyError
@@ -78,6 +79,8 @@ class _Proxy(Forwarder):
         self.summaries = CachingSummarizer(upstreams, backend, recorder=self.metrics)
         self.tokens = TokenCounters(max_bytes=config.limits.token_cache_bytes)  # read once, at start
         self.recall = MemoryRecallStore()  # kept across reloads, like the token counters
+        self.calibration = Calibration()  # learned token ratios outlive reloads
+        self.metrics.watch_calibration(self.calibration)
         self.states = StateSwitch(self._serving(config, upstreams))
         watch_memory(
             self.metrics.registry,
@@ -90,7 +93,9 @@ class _Proxy(Forwarder):
 
     def _serving(self, config: Config, upstreams: Upstreams, generation: int = 0) -> ServingState:
         """What one config builds; token counters, HTTP client, mock and summary cache are shared."""
-        pipeline = Pipeline(config, self.tokens, summarizer=self.summaries, recall=self.recall)
+        pipeline = Pipeline(
+            config, self.tokens, summarizer=self.summaries, recall=self.recall, calibration=self.calibration
+        )
         HEAD_LIMITS.configure(config.limits)  # read by this process's connections per request head
         return ServingState(config, pipeline, upstreams, generation, ViewMemo.of(config.limits))
 

@@ -27,10 +27,18 @@ from history_proxy.observability.metrics import Exchange
 from history_proxy.pipeline.headers import history_headers
 from history_proxy.pipeline.run import PipelineResult
 from history_proxy.server.body import encode_json
+from history_proxy.server.context_standards import (
+    Standards,
+    answer_rewrite,
+    pause_answer,
+    same_mode_fallbacks,
+    standards,
+)
 from history_proxy.server.edge import Call, Outgoing, Whole
 from history_proxy.server.forwarding import Forwarder
 from history_proxy.server.overflow import RETRY_HEADER, retry_if_overflow
 from history_proxy.server.warm import counted_off_loop, read_request
+from history_proxy.surfaces.context_management import FIELD, with_beta
 from history_proxy.surfaces.shape import shape, surface_named
 from history_proxy.surfaces.table import BY_NAME, Surface
 from history_proxy.upstream.client import Body
@@ -53,13 +61,23 @@ async def handle(fwd: Forwarder, call: Call, surface: Surface) -> Outgoing:
     """One request on ``surface``'s route: shaped, forwarded, answered."""
     exchange = fwd.begin(call)
     identity = fwd.identify(call, exchange)
-    names, content, result = await _shaped(fwd, call, exchange, identity, surface)
+    names, content, result, managed = await _shaped(fwd, call, exchange, identity, surface)
+    own = pause_answer(managed) if managed is not None else None
+    if own is not None:  # compacted with pause_after_compaction: the proxy's own answer, nothing sent
+        return _answered(fwd, exchange, history_headers(result, identity.role), *own)
     sent = call.header_items
     missing = [(name, value) for name, value in surface.default_headers if name not in call.headers]
     if missing:
         sent = [*sent, *missing]
     path = surface.upstream_path
+    rewrite = None
+    if managed is not None:
+        sent = with_beta(sent, managed.managed.beta)
+        rewrite = await answer_rewrite(
+            managed, surface, lambda body: fwd.open(call, exchange, path, names, body, sent)
+        )
     reply = await fwd.open(call, exchange, path, names, content, sent)
+    reply.rewrite = rewrite
     answer = history_headers(result, identity.role)
     if surface.refits:
         retried = await retry_if_overflow(
@@ -74,13 +92,14 @@ async def handle(fwd: Forwarder, call: Call, surface: Surface) -> Outgoing:
         )
         if retried is not None:
             reply, answer[RETRY_HEADER] = retried[0], str(retried[1])
+            reply.rewrite = rewrite
     reply.stream_error = surface.stream_error
     return await fwd.respond(reply, exchange, answer)
 
 
 async def _shaped(
     fwd: Forwarder, call: Call, exchange: Exchange, identity: Identity, surface: Surface
-) -> tuple[list[str], Body, PipelineResult]:
+) -> tuple[list[str], Body, PipelineResult, Standards | None]:
     """The upstreams to try, the shaped body (encoded) and what the chain did.
 
     Only the encoded body and the chain's figures outlive this call: the parsed messages are freed
@@ -89,7 +108,7 @@ async def _shaped(
     """
     config, pipeline = call.state.config, call.state.pipeline
     body = await read_request(call, surface.history)
-    names = fwd.route(call, body, exchange)
+    names = same_mode_fallbacks(config, surface, body, fwd.route(call, body, exchange))
     check_speaks(config, surface, names)
     exchange.read(body, keep=config.log_bodies)
     memo = None if surface.body_is_view else call.state.views.for_tenant(identity.tenant)
@@ -98,20 +117,38 @@ async def _shaped(
     )
     if memo is not None and memo.max_messages:  # tenants never share a memo entry
         fwd.metrics.observe_memo(surface.name, shaped.reused, shaped.converted, memo.held)
-    content = encode_json(shaped.body)
+    managed = None
+    if FIELD in shaped.body and surface.name == "messages":  # one lookup for a request without it
+        managed = await standards(pipeline, surface, names[0], shaped.body, shaped.result, identity)
+    sent_body = shaped.body if managed is None else managed.managed.body
+    content = encode_json(sent_body)
     if exchange.trace is not None:  # its span's content, if captured, read before the body is freed
-        exchange.trace.shaped(shaped.body)
+        exchange.trace.shaped(sent_body)
     kept = exchange.shaped(shaped.result.without_messages())
     marks = config.upstreams[names[0]].cache_control
     if all(config.upstreams[name].cache_control == marks for name in names[1:]):
-        return names, content, kept
+        return names, content, kept, managed
 
     async def body_for(name: str) -> bytes:
         if config.upstreams[name].cache_control == marks:
             return content
-        return encode_json((await shape(surface, pipeline, body, identity, name)).body)  # other marks
+        other = await shape(surface, pipeline, body, identity, name)  # other marks
+        again = await standards(pipeline, surface, name, other.body, other.result, identity)
+        return encode_json(other.body if again is None else again.managed.body)
 
-    return names, body_for, kept
+    return names, body_for, kept, managed
+
+
+def _answered(
+    fwd: Forwarder, exchange: Exchange, headers: dict[str, str], content: bytes, kind: str
+) -> Outgoing:
+    """An answer the proxy gives itself (with the ``x-history-*`` headers), recorded as a 200."""
+    answer = Whole(200, content)
+    answer.headers += [(b"content-type", kind.encode("latin-1"))]
+    headers = {**headers, "x-request-id": exchange.request_id}
+    answer.headers += [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
+    fwd.finish(exchange, 200)
+    return answer
 
 
 async def preview(fwd: Forwarder, call: Call) -> Outgoing:
@@ -128,6 +165,11 @@ async def preview(fwd: Forwarder, call: Call) -> Outgoing:
     shaped = await counted_off_loop(
         lambda: shape(surface, pipeline, body, identity, names[0]), body, pipeline.tokens
     )
+    managed = await standards(pipeline, surface, names[0], shaped.body, shaped.result, identity)
+    if (
+        managed is not None
+    ):  # the body as it would be sent: the client's edits as the upstream's mode makes them
+        shaped.body = managed.managed.body
     result = exchange.shaped(shaped.result)
     headers = {**history_headers(result, identity.role), "x-request-id": exchange.request_id}
     content = encode_json({"body": shaped.body, "report": result.report})  # a lone "\ud800" stays escaped

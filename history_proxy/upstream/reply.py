@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import anyio
 import httpx
@@ -38,6 +39,19 @@ ERROR_BODY_BYTES = 1024 * 1024
 """Most bytes of an error answer's body read (they are read whole); a longer one is a 502."""
 
 
+class AnswerRewrite(Protocol):
+    """A change the proxy makes to a successful answer (an emulated standard's fields); raw otherwise."""
+
+    def whole(self, body: bytes) -> bytes:
+        """A whole answer, rewritten."""
+
+    def piece(self, piece: bytes) -> bytes:
+        """An SSE piece as it arrives: what may be passed on now."""
+
+    def end(self) -> bytes:
+        """What is still held when the stream ends."""
+
+
 @dataclass
 class UpstreamReply:
     """An upstream answer whose headers arrived; the body is still to be read or streamed."""
@@ -59,6 +73,8 @@ class UpstreamReply:
     :attr:`history_proxy.surfaces.table.Surface.stream_error`; chat completions' by default)."""
     usage: CacheUsage | None = field(default=None, init=False)
     """The input and prompt-cache tokens the answer reported (JSON body or the stream's usage event)."""
+    rewrite: AnswerRewrite | None = field(default=None, init=False)
+    """Set for a request whose standards the proxy emulated: its successful answer is rewritten."""
     _facts: AnswerFacts | None = field(default=None, init=False, repr=False)
     _decoded: list[tuple[str, str]] | None = field(default=None, init=False, repr=False)
     _body: bytes | None = field(default=None, init=False, repr=False)
@@ -137,6 +153,8 @@ class UpstreamReply:
             body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
             if self.ok:
                 self.usage = usage_of_json(body)
+                if self.rewrite is not None:
+                    body = self.rewrite.whole(body)
             self._body = body
             return body
         except httpx.HTTPError as exc:
@@ -155,6 +173,10 @@ class UpstreamReply:
 
     async def stream(self) -> AsyncIterator[bytes]:
         """The raw body as it arrives; a failure after the first byte ends it as the docstring above says."""
+        if self.rewrite is not None and self.ok:
+            async for rewritten in self._rewritten(self.rewrite):
+                yield rewritten
+            return
         answer = self.response
         tap = UsageTap(sse=self.is_sse) if self.ok else None
         try:
@@ -181,6 +203,33 @@ class UpstreamReply:
                 )
         finally:
             await self.aclose()
+
+    async def _rewritten(self, rewrite: AnswerRewrite) -> AsyncIterator[bytes]:
+        """The body through ``rewrite``: SSE event by event, anything else whole at its end."""
+        sse = self.is_sse
+        held: list[bytes] = []
+        async for piece in self._raw():
+            if sse:
+                out = rewrite.piece(piece)
+                if out:
+                    yield out
+            else:
+                held.append(piece)
+        if not self.complete:
+            if held:
+                yield b"".join(held)
+            return
+        tail = rewrite.end() if sse else rewrite.whole(b"".join(held))
+        if tail:
+            yield tail
+
+    async def _raw(self) -> AsyncIterator[bytes]:
+        rewrite, self.rewrite = self.rewrite, None
+        try:
+            async for piece in self.stream():
+                yield piece
+        finally:
+            self.rewrite = rewrite
 
     async def aclose(self) -> None:
         """Release the upstream connection (idempotent; completes even while being cancelled)."""

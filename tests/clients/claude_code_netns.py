@@ -5,7 +5,9 @@ Started by tests/test_claude_code_e2e.py as ``unshare -n python claude_code_netn
 namespace has only ``lo``, so neither the CLI nor the proxy can reach anything but each other and
 the scripted upstream (``tests/corpus/recording/anthropic_recorder.py``), all started here. SPEC
 names the ``claude`` binary, the work directory, the proxy config to write, the recorder's
-``fail_first`` and the prompts (``[args, prompt]`` pairs, run in order, each a ``claude -p``).
+``fail_first`` and ``profile``, ``tap`` (the CLI talks to the proxy through
+tests/corpus/recording/answer_tap.py, which writes what it got back to ``<work>/answers.jsonl``) and the
+prompts (``[args, prompt]`` pairs, run in order, each a ``claude -p``).
 The results (each run's exit code, stdout, stderr) go to ``<work>/results.json``; the recorder's
 requests to ``<work>/upstream.jsonl``. With ``"direct": true`` no proxy runs: the CLI talks to the
 recorder itself (tests/corpus/recording/record_claude_code.py records what it sends that way).
@@ -24,10 +26,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "tests" / "corpus" / "recording"))
+from answer_tap import AnswerTap  # noqa: E402
 from anthropic_recorder import AnthropicRecorder  # noqa: E402
 
 UPSTREAM_PORT = 18555
 PROXY_PORT = 18080
+TAP_PORT = 18090
 RUN_TIMEOUT_S = 120
 
 
@@ -50,9 +54,15 @@ def main(spec_path: str) -> int:
     work = Path(spec["work"])
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     recorder = AnthropicRecorder(
-        work / "upstream.jsonl", port=UPSTREAM_PORT, fail_first=spec.get("fail_first", 0)
+        work / "upstream.jsonl",
+        port=UPSTREAM_PORT,
+        fail_first=spec.get("fail_first", 0),
+        profile=spec.get("profile", "lenient"),
     )
     recorder.start()
+    tap = AnswerTap(work / "answers.jsonl", PROXY_PORT, TAP_PORT) if spec.get("tap") else None
+    if tap is not None:
+        tap.start()
     config = work / "proxy.yaml"
     config.write_text(
         spec["config"].replace("UPSTREAM", f"http://127.0.0.1:{UPSTREAM_PORT}/v1"), encoding="utf-8"
@@ -60,7 +70,7 @@ def main(spec_path: str) -> int:
     log = (work / "proxy.log").open("wb")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
     direct = spec.get("direct", False)  # no proxy: the CLI talks to the recorder (to record what it sends)
-    port = UPSTREAM_PORT if direct else PROXY_PORT
+    port = UPSTREAM_PORT if direct else TAP_PORT if tap is not None else PROXY_PORT
     command = [
         sys.executable,
         "-m",
@@ -110,6 +120,8 @@ def main(spec_path: str) -> int:
             proxy.kill()
         log.close()
         recorder.stop()
+        if tap is not None:
+            tap.stop()
         (work / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     return 0
 

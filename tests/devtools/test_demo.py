@@ -40,7 +40,9 @@ def test_the_demo_shows_each_role_unfiltered_beside_shaped(proxy: Server, tmp_pa
     worker = rows["worker"]
     assert number(worker["t1"]) < number(worker["t0"]), "the worker's chain sends fewer tokens"
     assert number(worker["c1"]) < number(worker["c0"]), "and costs less with caching"
-    assert worker["n1"] != worker["n0"], "and the evidence figure differs (shaping has a price, shown)"
+    # the evidence the next answers took, counted on both sides (the default chain keeps all 13 of this
+    # conversation's in place; the orchestrator's view loses some on other conversations: docs/cost.md)
+    assert worker["n0"] == rows["orchestrator"]["n0"] and int(worker["n0"]) > 0
     assert rows["default"]["t0"] == rows["default"]["t1"], "the default role forwards everything"
     assert "not triggered: under budget" in done.stdout, "an idle filter says why"
     page = (tmp_path / "demo.html").read_text(encoding="utf-8")
@@ -50,9 +52,9 @@ def test_the_demo_shows_each_role_unfiltered_beside_shaped(proxy: Server, tmp_pa
 
 def test_the_demo_conversation_is_a_tool_loop_from_the_corpus() -> None:
     body = demo_conversation()
-    corpus = REPO / "tests" / "corpus" / "tau-bench-airline-task9-trial2.json"
+    corpus = REPO / "tests" / "corpus" / "openhands-codeact-ponylang-ponyc-4593.json"
     assert body == json.loads(corpus.read_text(encoding="utf-8"))
-    assert len(body["messages"]) == 62
+    assert len(body["messages"]) == 68
 
 
 def test_without_a_running_proxy_the_demo_says_how_to_start_one(tmp_path: Path) -> None:

@@ -361,8 +361,11 @@ LONG = "openhands-codeact-ponylang-ponyc-4588.json"
 
 def long_replay_page() -> str:
     body = corpus_body(LONG)
-    config = load_config(Path(__file__).resolve().parents[2] / "config" / "default.yaml")
-    result = asyncio.run(replay(Pipeline(config, TokenCounters()), body, Identity(role="worker")))
+    # a chain whose notices list facts, so the page draws every evidence class
+    config = load_config(
+        Path(__file__).resolve().parents[2] / "config" / "examples" / "last_n_observations.yaml"
+    )
+    result = asyncio.run(replay(Pipeline(config, TokenCounters()), body, Identity(role="researcher")))
     assert len(result.steps) >= 40
     return render_html(result, "long replay")
 

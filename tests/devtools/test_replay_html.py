@@ -20,9 +20,10 @@ LOOP = REPO / "tests" / "corpus" / "tau-bench-airline-task9-trial2.json"
 
 
 def worker_replay() -> ReplayResult:
-    config = load_config(REPO / "config" / "default.yaml", env={})
+    # a chain that elides the small records of this tool loop (the default keeps records under 2 KB whole)
+    config = load_config(REPO / "config" / "examples" / "last_n_observations.yaml", env={})
     body = json.loads(LOOP.read_text(encoding="utf-8"))
-    return asyncio.run(replay(Pipeline(config, TokenCounters()), body, Identity(role="worker")))
+    return asyncio.run(replay(Pipeline(config, TokenCounters()), body, Identity(role="researcher")))
 
 
 def step(

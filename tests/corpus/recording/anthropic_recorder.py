@@ -17,6 +17,13 @@ The script is a two-call tool loop, decided from the body alone:
 ``--fail-first N``: the first N ``/v1/messages`` requests are answered 429 (``rate_limit_error``,
 ``retry-after: 0``), to count a client's retries.
 
+``--profile`` (``lenient`` by default) stands in for the upstreams people point Claude Code at:
+``strict`` refuses a top-level field outside the Messages API's generally available ones with
+Anthropic's 400 "``<field>``: Extra inputs are not permitted" (as copilot-api and local servers do);
+``honour`` applies ``context_management`` as Anthropic's API does and returns its ``applied_edits``
+(with history-proxy's edit modules, :mod:`history_proxy.mock.profiles`: only this profile needs the
+package importable).
+
 Run as a process: ``python3 anthropic_recorder.py --port 0 --out rec.jsonl`` prints
 ``LISTENING <port>`` on stdout once it serves.
 """
@@ -34,6 +41,29 @@ from pathlib import Path
 from typing import Any
 
 FILE_MARKER = re.compile(r"FILE:(\S+)")
+KNOWN_FIELDS = frozenset(
+    "model messages max_tokens system metadata stop_sequences stream temperature top_k top_p tools "
+    "tool_choice thinking service_tier output_config".split()
+)
+"""The Messages API's generally available top-level fields (what a strict compatible server knows)."""
+
+
+def extra_field(body: dict[str, Any]) -> str | None:
+    """A strict server's refusal of ``body``'s first unknown top-level field."""
+    for key in body:
+        if key not in KNOWN_FIELDS:
+            return f"{key}: Extra inputs are not permitted"
+    return None
+
+
+def honoured(body: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    """``body`` with its ``context_management`` applied, and the answer's ``context_management``."""
+    from history_proxy.mock.profiles import honoured as apply
+
+    applied, answer = apply(body, max(1, len(json.dumps(body)) // 4), 1.0)
+    return applied, None if answer is None else answer.context_management
+
+
 SIGNATURE = "c2lnbmF0dXJlLWZyb20tdGhlLXJlY29yZGVy"  # any opaque string: the client passes it back
 
 
@@ -121,13 +151,24 @@ def events(answer: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         ]
         out.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
     delta = {"stop_reason": answer["stop_reason"], "stop_sequence": None}
-    out.append(("message_delta", {"type": "message_delta", "delta": delta, "usage": {"output_tokens": 12}}))
+    final = {"type": "message_delta", "delta": delta, "usage": {"output_tokens": 12}}
+    if "context_management" in answer:
+        final["context_management"] = answer["context_management"]
+    out.append(("message_delta", final))
     out.append(("message_stop", {"type": "message_stop"}))
     return out
 
 
 class AnthropicRecorder:
-    def __init__(self, out: str | Path, host: str = "127.0.0.1", port: int = 0, fail_first: int = 0):
+    def __init__(
+        self,
+        out: str | Path,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        fail_first: int = 0,
+        profile: str = "lenient",
+    ):
+        self.profile = profile
         self.out = Path(out)
         self.out.parent.mkdir(parents=True, exist_ok=True)
         self.lock = threading.Lock()
@@ -168,6 +209,12 @@ class AnthropicRecorder:
                     self._send(
                         404, b'{"type":"error","error":{"type":"not_found_error","message":"not found"}}'
                     )
+                elif recorder.profile == "strict" and extra_field(body) is not None:
+                    error = {
+                        "type": "error",
+                        "error": {"type": "invalid_request_error", "message": extra_field(body)},
+                    }
+                    self._send(400, json.dumps(error).encode())
                 elif failing:
                     error = {
                         "type": "error",
@@ -175,7 +222,12 @@ class AnthropicRecorder:
                     }
                     self._send(429, json.dumps(error).encode(), extra=[("retry-after", "0")])
                 else:
+                    managed = None
+                    if recorder.profile == "honour":
+                        body, managed = honoured(body)
                     answer = message(seq, body, reply_for(body))
+                    if managed is not None:
+                        answer["context_management"] = managed
                     if body.get("stream"):
                         self._stream(answer)
                     else:
@@ -223,8 +275,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--out", required=True)
     parser.add_argument("--fail-first", type=int, default=0)
+    parser.add_argument("--profile", choices=("lenient", "strict", "honour"), default="lenient")
     args = parser.parse_args(argv)
-    recorder = AnthropicRecorder(args.out, port=args.port, fail_first=args.fail_first)
+    recorder = AnthropicRecorder(args.out, port=args.port, fail_first=args.fail_first, profile=args.profile)
     print(f"LISTENING {recorder.port}", flush=True)
     try:
         recorder.server.serve_forever()
