@@ -232,9 +232,12 @@ class MockUpstream(MockRoutes):
 
 
 def create_mock_app(
-    *, chunks: int = 5, chunk_delay_s: float = 0.0, first_byte_delay_s: float = 0.0
+    *, chunks: int = 5, chunk_delay_s: float = 0.0, first_byte_delay_s: float = 0.0, compaction: bool = True
 ) -> Starlette:
     """The mock upstream as an ASGI app (run it with uvicorn, or mount it behind ``httpx.ASGITransport``).
+
+    ``compaction``: Responses compaction is served, as OpenAI serves it, or refused, as a Responses
+    server without it refuses it (:mod:`history_proxy.mock.compaction`).
 
     ``chunks``: how many content pieces a streamed answer is split into; ``chunk_delay_s``: the
     pause between them; ``first_byte_delay_s``: the wait before any answer (``x-mock-delay-ms``
@@ -249,11 +252,13 @@ def create_mock_app(
     surfaces = MockSurfaces(
         chunks=chunks, chunk_delay_s=chunk_delay_s, first_byte_delay_s=first_byte_delay_s, cache=cache
     )
+    surfaces.compaction = compaction
     routes = [Route("/healthz", mock.healthz, methods=["GET"])]
     for prefix in ("/v1", ""):
         routes += [
             Route(f"{prefix}/chat/completions", mock.chat_completions, methods=["POST"]),
             Route(f"{prefix}/responses", surfaces.responses, methods=["POST"]),
+            Route(f"{prefix}/responses/compact", surfaces.responses_compact, methods=["POST"]),
             Route(f"{prefix}/messages", surfaces.messages, methods=["POST"]),
             Route(f"{prefix}/messages/count_tokens", surfaces.count_tokens, methods=["POST"]),
             Route(f"{prefix}/models", mock.models, methods=["GET"]),

@@ -7,7 +7,7 @@ import re
 from history_proxy.pipeline.run import PipelineResult
 
 _HEADER_UNSAFE = re.compile(r"[^\x20-\x7e]")
-NOT_FILTER_NOTES = ("identity:", "history_at_provider:", "refetch:")
+NOT_FILTER_NOTES = ("identity:", "history_at_provider:", "refetch:", "responses_compaction:", "policy_only")
 """Notes about the request, not about a filter: in ``x-history-notes`` only."""
 
 

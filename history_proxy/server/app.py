@@ -56,6 +56,7 @@ from history_proxy.server.handler import handle, preview
 from history_proxy.server.protocol import HEAD_LIMITS
 from history_proxy.server.reload import Reloader, ServingState, StateSwitch, authorize_admin, reload_on_sighup
 from history_proxy.summaries.cache import CachingSummarizer
+from history_proxy.summaries.compactions import CompactionStore
 from history_proxy.summaries.store import memory_of, summary_backend
 from history_proxy.surfaces.memo import ViewMemo
 from history_proxy.surfaces.table import Surface, error_shape_of
@@ -74,6 +75,7 @@ class _Proxy(Forwarder):
         upstreams = Upstreams(config, mock=MockUpstreamServer)  # started when an upstream is mock://
         backend = summary_backend(config.summary_cache, self.metrics)
         self.summaries = CachingSummarizer(upstreams, backend, recorder=self.metrics)
+        self.compactions = CompactionStore(backend)  # bounded with the summaries, Redis when they are
         self.tokens = TokenCounters(max_bytes=config.limits.token_cache_bytes)  # read once, at start
         self.states = StateSwitch(self._serving(config, upstreams))
         watch_memory(

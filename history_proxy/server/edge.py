@@ -257,7 +257,7 @@ class Edge:
             if surface is None:
                 check_path(scope)
                 surface = BY_ROUTE.get(normalise(scope, route_path(scope)))
-            if surface is not None:
+            if surface is not None and scope["method"] == "POST":  # GET /v1/messages/batches: a listing
                 await self._shaped(scope, receive, send, surface)
             else:
                 await self.app(scope, receive, send)

@@ -26,7 +26,9 @@ from history_proxy.errors import InvalidRequestError
 from history_proxy.observability.metrics import Exchange
 from history_proxy.pipeline.headers import history_headers
 from history_proxy.pipeline.run import PipelineResult
+from history_proxy.server import compaction_route
 from history_proxy.server.body import encode_json
+from history_proxy.server.compaction_route import Compacting
 from history_proxy.server.edge import Call, Outgoing, Whole
 from history_proxy.server.forwarding import Forwarder
 from history_proxy.server.overflow import RETRY_HEADER, retry_if_overflow
@@ -53,7 +55,9 @@ async def handle(fwd: Forwarder, call: Call, surface: Surface) -> Outgoing:
     """One request on ``surface``'s route: shaped, forwarded, answered."""
     exchange = fwd.begin(call)
     identity = fwd.identify(call, exchange)
-    names, content, result = await _shaped(fwd, call, exchange, identity, surface)
+    names, content, result, compacting = await _shaped(fwd, call, exchange, identity, surface)
+    if compacting is not None and compacting.local is not None:  # answered by the proxy (emulated)
+        return _local(fwd, exchange, compacting.local, history_headers(result, identity.role))
     sent = call.header_items
     missing = [(name, value) for name, value in surface.default_headers if name not in call.headers]
     if missing:
@@ -75,12 +79,20 @@ async def handle(fwd: Forwarder, call: Call, surface: Surface) -> Outgoing:
         if retried is not None:
             reply, answer[RETRY_HEADER] = retried[0], str(retried[1])
     reply.stream_error = surface.stream_error
-    return await fwd.respond(reply, exchange, answer)
+    return compaction_route.answered(await fwd.respond(reply, exchange, answer), compacting)
+
+
+def _local(fwd: Forwarder, exchange: Exchange, answer: Whole, headers: dict[str, str]) -> Whole:
+    """An answer the proxy wrote itself, with the ``x-history-*`` headers and the request id."""
+    headers = {**headers, "x-request-id": exchange.request_id}
+    answer.headers += [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
+    fwd.finish(exchange, answer.status)
+    return answer
 
 
 async def _shaped(
     fwd: Forwarder, call: Call, exchange: Exchange, identity: Identity, surface: Surface
-) -> tuple[list[str], Body, PipelineResult]:
+) -> tuple[list[str], Body, PipelineResult, Compacting | None]:
     """The upstreams to try, the shaped body (encoded) and what the chain did.
 
     Only the encoded body and the chain's figures outlive this call: the parsed messages are freed
@@ -91,25 +103,32 @@ async def _shaped(
     body = await read_request(call, surface.history)
     names = fwd.route(call, body, exchange)
     check_speaks(config, surface, names)
+    compacting = None
+    if surface.compaction_items:  # Responses compaction for this upstream (native, emulated, stripped)
+        body, names, compacting = await compaction_route.prepare(call, fwd.compactions, body, names, identity)
     exchange.read(body, keep=config.log_bodies)
     memo = None if surface.body_is_view else call.state.views.for_tenant(identity.tenant)
     shaped = await counted_off_loop(
         lambda: shape(surface, pipeline, body, identity, names[0], memo), body, fwd.tokens
     )
+    if compacting is not None:
+        await compaction_route.emulate(call, fwd.compactions, surface, shaped, identity, names[0], compacting)
+        if compacting.local is not None:
+            return names, b"", shaped.result.without_messages(), compacting
     if memo is not None and memo.max_messages:  # tenants never share a memo entry
         fwd.metrics.observe_memo(surface.name, shaped.reused, shaped.converted, memo.held)
     content = encode_json(shaped.body)
     kept = exchange.shaped(shaped.result.without_messages())
     marks = config.upstreams[names[0]].cache_control
     if all(config.upstreams[name].cache_control == marks for name in names[1:]):
-        return names, content, kept
+        return names, content, kept, compacting
 
     async def body_for(name: str) -> bytes:
         if config.upstreams[name].cache_control == marks:
             return content
         return encode_json((await shape(surface, pipeline, body, identity, name)).body)  # other marks
 
-    return names, body_for, kept
+    return names, body_for, kept, compacting
 
 
 async def preview(fwd: Forwarder, call: Call) -> Outgoing:

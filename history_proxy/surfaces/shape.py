@@ -99,6 +99,8 @@ async def shape(
     if model is not None and not isinstance(model, str):
         raise InvalidRequestError(surface.model_type_error, param="model")
     model = model or ""
+    if surface.policy_only is not None:  # no chain's view: the global and tenant policies only
+        return surface.policy_only(pipeline, body, identity, upstream)
     if memo is not None and memo.max_messages == 0:
         memo = None
     to_view, rebuild = surface.to_view, surface.rebuild
