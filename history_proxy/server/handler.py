@@ -102,7 +102,8 @@ async def _shaped(
     config, pipeline = call.state.config, call.state.pipeline
     body = await read_request(call, surface.history)
     names = fwd.route(call, body, exchange)
-    check_speaks(config, surface, names)
+    if surface.policy_only is None:  # a batch names no model: routed as any other path, never refused
+        check_speaks(config, surface, names)
     compacting = None
     if surface.compaction_items:  # Responses compaction for this upstream (native, emulated, stripped)
         body, names, compacting = await compaction_route.prepare(call, fwd.compactions, body, names, identity)
