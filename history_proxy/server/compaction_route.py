@@ -29,6 +29,8 @@ class Compacting:
     mode: compaction.Mode
     threshold: int | None = None
     notes: list[str] = field(default_factory=list)
+    triggered: bool = False
+    """A ``compaction_trigger`` request for an emulating upstream: answered by the proxy."""
     item: dict[str, Any] | None = None
     """The proxy's ``compaction`` item to put first in a JSON answer (an inline compaction)."""
     local: Whole | None = None
@@ -44,7 +46,7 @@ async def prepare(
     if len(names) > 1:  # a fallback of another mode would get items meant for this one
         names = [name for name in names if upstreams[name].compaction == mode]
     prepared = await compaction.prepare(body, mode, identity.tenant, store)
-    return prepared.body, names, Compacting(mode, prepared.threshold, prepared.notes)
+    return prepared.body, names, Compacting(mode, prepared.threshold, prepared.notes, prepared.triggered)
 
 
 async def emulate(
@@ -62,7 +64,7 @@ async def emulate(
     if compacting.notes:
         report["notes"] = [*report.get("notes", []), *compacting.notes]
     inline = compacting.threshold is not None and shaped.result.tokens_after > compacting.threshold
-    if compacting.mode != "emulate" or not (surface.compacts or inline):
+    if compacting.mode != "emulate" or not (surface.compacts or inline or compacting.triggered):
         return
     summarizer = caller_summarizer(call.state.pipeline.summarizer, identity)
     if summarizer is None:  # a pipeline without summaries (tests): nothing to emulate with
@@ -72,15 +74,39 @@ async def emulate(
     made = await compaction.compact(
         shaped.body, summarizer, model=model, upstream=upstream, tenant=identity.tenant, store=store
     )
-    if surface.compacts:
-        answer = compaction.compaction_answer(made, model=model, input_tokens=shaped.result.tokens_after)
-        compacting.local = Whole(200, encode_json(answer))
-        compacting.local.headers.append((b"content-type", b"application/json"))
+    if surface.compacts or compacting.triggered:
+        compacting.local = _answer(made, shaped.body, model, shaped.result.tokens_after, surface.compacts)
         return
     shaped.body = {**shaped.body, "input": made.forwarded}
     shaped.result.body = shaped.body
     compacting.item = made.item
     report["notes"] = [*report.get("notes", []), "responses_compaction:compacted_inline"]
+
+
+def _answer(
+    made: compaction.Compaction, body: dict[str, Any], model: str, tokens: int, compacts: bool
+) -> Whole:
+    """The proxy's answer to a compaction: ``response.compaction`` (``/compact``), or a ``response`` with
+    the one ``compaction`` item (a trigger), as SSE events when the request streams."""
+    if compacts:
+        answer, kind = (
+            encode_json(compaction.compaction_answer(made, model=model, input_tokens=tokens)),
+            "json",
+        )
+    elif body.get("stream") is True:
+        answer = compaction.response_events(
+            compaction.triggered_answer(made, model=model, input_tokens=tokens)
+        )
+        kind = "sse"
+    else:
+        answer, kind = (
+            encode_json(compaction.triggered_answer(made, model=model, input_tokens=tokens)),
+            "json",
+        )
+    whole = Whole(200, answer)
+    media = b"text/event-stream" if kind == "sse" else b"application/json"
+    whole.headers.append((b"content-type", media))
+    return whole
 
 
 def answered(response: Outgoing, compacting: Compacting | None) -> Outgoing:

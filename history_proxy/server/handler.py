@@ -114,8 +114,8 @@ async def _shaped(
     )
     if compacting is not None:
         await compaction_route.emulate(call, fwd.compactions, surface, shaped, identity, names[0], compacting)
-        if compacting.local is not None:
-            return names, b"", shaped.result.without_messages(), compacting
+        if compacting.local is not None:  # answered here: recorded as shaped, never forwarded
+            return names, b"", exchange.shaped(shaped.result.without_messages()), compacting
     if memo is not None and memo.max_messages:  # tenants never share a memo entry
         fwd.metrics.observe_memo(surface.name, shaped.reused, shaped.converted, memo.held)
     content = encode_json(shaped.body)

@@ -36,6 +36,9 @@ from history_proxy.surfaces import responses
 from history_proxy.surfaces._view import Shaped as Shaped  # what the handler emulates on
 
 Mode = Literal["native", "emulate", "strip"]
+TRIGGER = "compaction_trigger"
+"""The input item Codex ends a compaction request with (remote compaction v2: a streamed ``/v1/responses``
+that must answer exactly one ``compaction`` output item)."""
 HANDLE_PREFIX = "hpx-compaction-1."
 """How the ``encrypted_content`` of a proxy-issued ``compaction`` item starts."""
 COMPACTION_PROMPT = (
@@ -72,6 +75,8 @@ class Prepared:
     threshold: int | None = None
     """``compact_threshold`` of an emulated ``context_management`` compaction (None: none asked)."""
     notes: list[str] = field(default_factory=list)
+    triggered: bool = False
+    """The input ended with a ``compaction_trigger`` item (removed unless the upstream is native)."""
 
 
 def _is_compaction(item: Any) -> bool:
@@ -91,16 +96,26 @@ async def prepare(body: dict[str, Any], mode: Mode, tenant: str | None, store: C
     items = body.get("input")
     compacted = isinstance(items, list) and any(map(_is_compaction, items))
     managed = mode != "native" and "context_management" in body
-    if not compacted and not managed:
+    triggered = mode != "native" and isinstance(items, list) and any(map(_is_trigger, items))
+    if not compacted and not managed and not triggered:
         return Prepared(body)
-    prepared = Prepared(dict(body))
+    prepared = Prepared(dict(body), triggered=triggered and mode == "emulate")
     if managed:
         asked = prepared.body.pop("context_management")
         prepared.threshold = threshold_of(asked) if mode == "emulate" else None
         prepared.notes.append(EMULATED if mode == "emulate" else STRIPPED)
-    if compacted and isinstance(items, list):
-        prepared.body["input"] = await _expanded(items, mode, tenant, store, prepared.notes)
+    if isinstance(items, list) and (compacted or triggered):
+        kept = [item for item in items if not _is_trigger(item)] if triggered else items
+        if triggered:
+            prepared.notes.append(EMULATED if mode == "emulate" else STRIPPED)
+        prepared.body["input"] = (
+            await _expanded(kept, mode, tenant, store, prepared.notes) if compacted else kept
+        )
     return prepared
+
+
+def _is_trigger(item: Any) -> bool:
+    return item.__class__ is dict and item.get("type") == TRIGGER
 
 
 def threshold_of(asked: Any) -> int | None:
@@ -212,6 +227,47 @@ def compaction_answer(compaction: Compaction, *, model: str, input_tokens: int) 
             "total_tokens": input_tokens + output_tokens,
         },
     }
+
+
+def triggered_answer(compaction: Compaction, *, model: str, input_tokens: int) -> dict[str, Any]:
+    """The ``response`` a ``compaction_trigger`` request gets: exactly one ``compaction`` output item."""
+    usage = compaction_answer(compaction, model=model, input_tokens=input_tokens)["usage"]
+    return {
+        "id": "resp_hpx_" + compaction.item["id"].removeprefix("cmp_hpx_"),
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": "completed",
+        "error": None,
+        "incomplete_details": None,
+        "model": model,
+        "output": [compaction.item],
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": usage,
+    }
+
+
+def response_events(response: dict[str, Any]) -> bytes:
+    """``response`` as the Responses API's typed SSE events, ``response.created`` to ``response.completed``."""
+    started = {**response, "status": "in_progress", "output": [], "usage": None}
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("response.created", {"response": started}),
+        ("response.in_progress", {"response": started}),
+    ]
+    for n, item in enumerate(response["output"]):
+        events += [
+            ("response.output_item.added", {"output_index": n, "item": item}),
+            ("response.output_item.done", {"output_index": n, "item": item}),
+        ]
+    events.append(("response.completed", {"response": response}))
+    lines = [
+        f"event: {kind}\ndata: "
+        + json.dumps({"type": kind, "sequence_number": n, **fields}, separators=(",", ":"))
+        + "\n\n"
+        for n, (kind, fields) in enumerate(events)
+    ]
+    return "".join(lines).encode("utf-8")
 
 
 def with_item(answer: bytes, item: dict[str, Any]) -> bytes | None:

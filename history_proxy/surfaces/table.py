@@ -2,7 +2,8 @@
 
 A :class:`Surface` is one API route the proxy shapes: chat completions, Responses (and its
 ``/compact`` and ``/input_tokens``), Messages and Messages ``count_tokens``, and the routes whose bodies
-pass the global and tenant policies only (``/v1/completions``, ``/v1/messages/batches``). Its row says where it is served (``route``) and forwarded (``upstream_path``),
+pass the global and tenant policies only (``/v1/completions``, ``/v1/messages/batches``).
+Its row says where it is served (``route``) and forwarded (``upstream_path``),
 which upstream APIs serve it, how its body becomes the chain's view and back (``to_view``,
 ``rebuild``, ``validate``), whether it carries native cache marks, its error shape and in-band stream
 error, the headers it adds when the client sent none, and whether a request refused for length is
