@@ -29,6 +29,7 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any, Literal, Protocol
 
 from history_proxy.filters.base import Summarizer
@@ -94,9 +95,10 @@ async def prepare(body: dict[str, Any], mode: Mode, tenant: str | None, store: C
     ``native`` upstream, ``context_management`` removed unless ``native`` (the same object when nothing
     applies: the cost of a request carrying none of this is one pass over its items)."""
     items = body.get("input")
-    compacted = isinstance(items, list) and any(map(_is_compaction, items))
+    kinds = _kinds(items) if isinstance(items, list) else _NONE
+    compacted = "compaction" in kinds
     managed = mode != "native" and "context_management" in body
-    triggered = mode != "native" and isinstance(items, list) and any(map(_is_trigger, items))
+    triggered = mode != "native" and TRIGGER in kinds
     if not compacted and not managed and not triggered:
         return Prepared(body)
     prepared = Prepared(dict(body), triggered=triggered and mode == "emulate")
@@ -112,6 +114,19 @@ async def prepare(body: dict[str, Any], mode: Mode, tenant: str | None, store: C
             await _expanded(kept, mode, tenant, store, prepared.notes) if compacted else kept
         )
     return prepared
+
+
+_NONE: frozenset[Any] = frozenset()
+
+
+def _kinds(items: list[Any]) -> set[Any]:
+    """The ``type`` values of ``items``, in one pass in C (every request pays it: keep it cheap)."""
+    try:
+        return set(map(dict.get, items, repeat("type")))
+    except TypeError:  # an item that is not an object, or a type that is not hashable: the long way
+        return {
+            item.get("type") for item in items if isinstance(item, dict) and isinstance(item.get("type"), str)
+        }
 
 
 def _is_trigger(item: Any) -> bool:

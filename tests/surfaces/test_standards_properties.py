@@ -109,8 +109,8 @@ def test_compaction_items_are_prepared_into_a_valid_request_for_every_mode(
 ) -> None:
     body = responses_body(plain_chat(messages))
     items: list[Any] = body["input"]
-    users = [n for n, item in enumerate(items) if item.get("role") == "user"]
-    for at, ours in sorted(placed, reverse=True):  # before a user message: where a compacted history has one
+    for at, ours in placed:  # before a user message: where a compacted history has one
+        users = [n for n, item in enumerate(items) if item.get("role") == "user"]
         if users:
             items.insert(users[at % len(users)], dict(OURS if ours else THEIRS))
     store = Store()
