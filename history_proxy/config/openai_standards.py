@@ -22,7 +22,9 @@ Two fields of every ``upstreams.<name>`` entry (:class:`OpenAIStandards`, a base
 
 from __future__ import annotations
 
+import functools
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field
 
@@ -30,8 +32,8 @@ from history_proxy.config.strict import StrictModel
 
 CompactionMode = Literal["native", "emulate", "strip"]
 BreakpointMode = Literal["native", "forward", "strip"]
-OPENAI_HOSTS = ("https://api.openai.com/", "https://api.openai.com")
-"""Base URLs of OpenAI's own API (the ``auto`` modes' ``native``)."""
+OPENAI_HOSTS = frozenset({"api.openai.com"})
+"""Hosts of OpenAI's own API (the ``auto`` modes' ``native``)."""
 BREAKPOINT_MODELS = ("gpt-5.6*", "gpt-5.7*", "gpt-5.8*", "gpt-5.9*", "gpt-6*")
 """Models that take explicit ``prompt_cache_breakpoint`` parts (GPT-5.6 on)."""
 
@@ -49,9 +51,11 @@ class OpenAIStandards(StrictModel):
     """Model globs the proxy places breakpoints for, in ``native`` mode (the client's pass for any model)."""
 
 
+@functools.lru_cache(maxsize=256)  # asked on every request; a config names a few base URLs
 def is_openai(base_url: str) -> bool:
     """Whether ``base_url`` is OpenAI's own API."""
-    return base_url.startswith(OPENAI_HOSTS)
+    parts = urlsplit(base_url)
+    return parts.scheme == "https" and parts.hostname in OPENAI_HOSTS
 
 
 def compaction_mode(standards: OpenAIStandards, base_url: str, is_mock: bool) -> CompactionMode:
