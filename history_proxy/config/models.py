@@ -108,7 +108,7 @@ class UpstreamConfig(OpenAIStandards):
     @property
     def breakpoints(self) -> BreakpointMode:
         """Its OpenAI cache breakpoint mode, ``auto`` resolved."""
-        return breakpoint_mode(self, self.base_url)
+        return breakpoint_mode(self, self.base_url, self.is_mock)
 
 
 class RouteConfig(StrictModel):

@@ -17,7 +17,8 @@ Two fields of every ``upstreams.<name>`` entry (:class:`OpenAIStandards`, a base
     sent; with the ``cache_control`` slot configured the proxy adds breakpoints of its own (up to 4 in
     all) for models matching ``cache_breakpoint_models``, and sets ``prompt_cache_key`` per conversation
     when the client did not. ``forward``: the client's go upstream as sent, the proxy adds nothing.
-    ``strip``: the client's are removed. ``auto``: ``native`` for ``api.openai.com``, ``forward`` elsewhere.
+    ``strip``: the client's are removed. ``auto``: ``native`` for ``api.openai.com`` (unless the built-in
+    mock answers in its place), ``forward`` elsewhere.
 """
 
 from __future__ import annotations
@@ -66,9 +67,10 @@ def compaction_mode(standards: OpenAIStandards, base_url: str, is_mock: bool) ->
     return "native" if is_mock or is_openai(base_url) else "emulate"
 
 
-def breakpoint_mode(standards: OpenAIStandards, base_url: str) -> BreakpointMode:
-    """The cache breakpoint mode ``auto`` stands for on an upstream at ``base_url``."""
+def breakpoint_mode(standards: OpenAIStandards, base_url: str, is_mock: bool) -> BreakpointMode:
+    """The cache breakpoint mode ``auto`` stands for on an upstream at ``base_url`` (the built-in mock
+    answering in its place, with no key, caches nothing: ``forward``)."""
     mode = standards.cache_breakpoints
     if mode != "auto":
         return mode
-    return "native" if is_openai(base_url) else "forward"
+    return "native" if is_openai(base_url) and not is_mock else "forward"

@@ -23,6 +23,11 @@ def test_auto_modes_follow_the_base_url(base_url: str, compaction: str, breakpoi
     assert (upstream.compaction, upstream.breakpoints) == (compaction, breakpoints)
 
 
+def test_the_mock_answering_for_openai_without_a_key_takes_no_breakpoints() -> None:
+    upstream = UpstreamConfig(base_url="https://api.openai.com/v1", mock_when_no_key=True)
+    assert (upstream.compaction, upstream.breakpoints) == ("native", "forward")
+
+
 def test_a_mode_said_outright_wins_over_the_base_url() -> None:
     upstream = UpstreamConfig(
         base_url="https://api.openai.com/v1", responses_compaction="strip", cache_breakpoints="strip"
