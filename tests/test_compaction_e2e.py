@@ -22,6 +22,7 @@ import yaml
 from history_proxy.mock.compaction import SEALED
 from history_proxy.surfaces.compaction import HANDLE_PREFIX, SUMMARY_HEAD, UNAVAILABLE
 from tests.support.recorder import Recorder, serve_in_thread
+from tests.support.redis_server import PREFIX, RedisServer
 from tests.support.serve_process import Server, start
 
 REPO = Path(__file__).resolve().parents[1]
@@ -218,3 +219,27 @@ def test_a_proxy_handle_sent_to_openai_goes_as_its_summary(proxy: Server, has: t
     sent = has[0].last("/v1/responses")["body"]["input"]
     assert HANDLE_PREFIX not in json.dumps(sent)
     assert sent[1]["content"][0]["text"].startswith(SUMMARY_HEAD)
+
+
+def test_a_handle_written_by_one_replica_is_expanded_by_another_through_redis(
+    lacks: tuple[Recorder, str], redis_server: RedisServer, tmp_path: Path
+) -> None:
+    raw = yaml.safe_load((REPO / "config" / "default.yaml").read_text(encoding="utf-8"))
+    raw["upstreams"] = {"local": {"base_url": lacks[1]}}
+    raw["summary_cache"] = {"backend": "redis", "url": redis_server.url, "key_prefix": PREFIX}
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    args = ("serve", "--config", str(config))
+    for first in start(*args, log=tmp_path / "a.log", ready_path="/healthz"):
+        with openai.OpenAI(base_url=f"{first.url}/v1", api_key="k", max_retries=0) as a:
+            compacted = a.responses.compact(model="local-model", input=history("replicated task"))
+    keys = redis_server.summary_keys()
+    assert any("compaction:" in key for key in keys), keys  # the summary went to Redis
+    for second in start(
+        *args, log=tmp_path / "b.log", ready_path="/healthz"
+    ):  # a fresh process: empty memory
+        with openai.OpenAI(base_url=f"{second.url}/v1", api_key="k", max_retries=0) as b:
+            b.responses.create(model="local-model", input=[*plain(compacted.output), user("go on")])
+    sent = lacks[0].last("/v1/responses")["body"]["input"]
+    assert sent[1]["content"][0]["text"].startswith(SUMMARY_HEAD)
+    assert "replicated task" in sent[1]["content"][0]["text"]
