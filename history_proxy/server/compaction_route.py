@@ -38,11 +38,19 @@ class Compacting:
 
 
 async def prepare(
-    call: Call, store: CompactionStore, body: dict[str, Any], names: list[str], identity: Identity
-) -> tuple[dict[str, Any], list[str], Compacting]:
-    """``body`` for its first upstream's compaction mode, and the upstreams that share that mode."""
+    call: Call,
+    store: CompactionStore,
+    surface: Surface,
+    body: dict[str, Any],
+    names: list[str],
+    identity: Identity,
+) -> tuple[dict[str, Any], list[str], Compacting | None]:
+    """``body`` for its first upstream's compaction mode, and the upstreams that share that mode (None:
+    the body carries nothing of compaction, the common case, and goes as it came)."""
     upstreams = call.state.config.upstreams
     mode = upstreams[names[0]].compaction
+    if not (surface.compacts and mode == "emulate") and not compaction.concerned(body, mode):
+        return body, names, None
     if len(names) > 1:  # a fallback of another mode would get items meant for this one
         names = [name for name in names if upstreams[name].compaction == mode]
     prepared = await compaction.prepare(body, mode, identity.tenant, store)

@@ -106,7 +106,9 @@ async def _shaped(
         check_speaks(config, surface, names)
     compacting = None
     if surface.compaction_items:  # Responses compaction for this upstream (native, emulated, stripped)
-        body, names, compacting = await compaction_route.prepare(call, fwd.compactions, body, names, identity)
+        body, names, compacting = await compaction_route.prepare(
+            call, fwd.compactions, surface, body, names, identity
+        )
     exchange.read(body, keep=config.log_bodies)
     memo = None if surface.body_is_view else call.state.views.for_tenant(identity.tenant)
     shaped = await counted_off_loop(

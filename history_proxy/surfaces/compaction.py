@@ -90,6 +90,18 @@ def is_ours(item: Any) -> bool:
     return isinstance(content, str) and content.startswith(HANDLE_PREFIX)
 
 
+def concerned(body: dict[str, Any], mode: Mode) -> bool:
+    """Whether ``body`` carries anything of Responses compaction for an upstream in ``mode`` (the one
+    check a request carrying none of it pays: a pass in C over its items' types)."""
+    if mode != "native" and "context_management" in body:
+        return True
+    items = body.get("input")
+    if not isinstance(items, list):
+        return False
+    kinds = _kinds(items)
+    return "compaction" in kinds or (mode != "native" and TRIGGER in kinds)
+
+
 async def prepare(body: dict[str, Any], mode: Mode, tenant: str | None, store: Compactions) -> Prepared:
     """``body`` for an upstream in ``mode``: the proxy's handles expanded, foreign items kept only for a
     ``native`` upstream, ``context_management`` removed unless ``native`` (the same object when nothing
