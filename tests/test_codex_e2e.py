@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 pytestmark = pytest.mark.clients
 
@@ -38,10 +39,11 @@ CODEX_RETRIES = 5
 SCRIPT = f"""
 set -u
 ip link set lo up
-"$PYTHON" "$RECORDER" --port {UPSTREAM_PORT} --out "$WORK/upstream.jsonl" --fail "$FAIL" > "$WORK/recorder.log" 2>&1 &
+"$PYTHON" "$RECORDER" --port {UPSTREAM_PORT} --out "$WORK/upstream.jsonl" --fail "$FAIL" $RECORDER_ARGS \\
+    > "$WORK/recorder.log" 2>&1 &
 recorder=$!
 OPENAI_BASE_URL=http://127.0.0.1:{UPSTREAM_PORT}/v1 OPENAI_API_KEY=upstream-key \\
-    "$PYTHON" -m history_proxy serve --host 127.0.0.1 --port {PROXY_PORT} > "$WORK/proxy.log" 2>&1 &
+    "$PYTHON" -m history_proxy serve --host 127.0.0.1 --port {PROXY_PORT} $PROXY_ARGS > "$WORK/proxy.log" 2>&1 &
 proxy=$!
 for _ in $(seq 100); do
     "$PYTHON" -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:{PROXY_PORT}/healthz')" \\
@@ -49,9 +51,15 @@ for _ in $(seq 100); do
     sleep 0.1
 done
 cd "$WORK/repo"
-CODEX_HOME="$WORK/home" PROXY_KEY=client-key timeout 90 "$CODEX" exec --skip-git-repo-check \\
-    --sandbox danger-full-access "$PROMPT" > "$WORK/codex.out" 2> "$WORK/codex.err"
+CODEX_HOME="$WORK/home" PROXY_KEY=client-key OPENAI_API_KEY=client-key timeout 90 "$CODEX" exec \\
+    --skip-git-repo-check --sandbox danger-full-access "$PROMPT" > "$WORK/codex.out" 2> "$WORK/codex.err"
 echo $? > "$WORK/codex.rc"
+if [ -n "$RESUME" ]; then
+    CODEX_HOME="$WORK/home" PROXY_KEY=client-key OPENAI_API_KEY=client-key timeout 90 "$CODEX" exec \\
+        --skip-git-repo-check --sandbox danger-full-access resume --last "$RESUME" \\
+        > "$WORK/codex2.out" 2> "$WORK/codex2.err"
+    echo $? > "$WORK/codex2.rc"
+fi
 kill $proxy $recorder
 wait
 """
@@ -107,11 +115,22 @@ def codex() -> Path:
     return CODEX
 
 
-def run_codex(codex: Path, work: Path, fail: int = 0) -> tuple[int, str, list[dict[str, Any]]]:
-    """One ``codex exec`` turn in its own network namespace: exit code, stdout, what the upstream received."""
+def run_codex(
+    codex: Path,
+    work: Path,
+    fail: int = 0,
+    *,
+    config: str = CONFIG,
+    prompt: str = PROMPT,
+    resume: str = "",
+    recorder_args: str = "",
+    proxy_args: str = "",
+) -> tuple[int, str, list[dict[str, Any]]]:
+    """One ``codex exec`` turn in its own network namespace (then a ``resume --last`` turn when ``resume``
+    says one): exit code, stdout, what the upstream received."""
     (work / "home").mkdir(parents=True)
     (work / "repo").mkdir()
-    (work / "home" / "config.toml").write_text(CONFIG)
+    (work / "home" / "config.toml").write_text(config)
     env = {
         **os.environ,
         "PYTHON": sys.executable,
@@ -119,7 +138,10 @@ def run_codex(codex: Path, work: Path, fail: int = 0) -> tuple[int, str, list[di
         "WORK": str(work),
         "FAIL": str(fail),
         "CODEX": str(codex),
-        "PROMPT": PROMPT,
+        "PROMPT": prompt,
+        "RESUME": resume,
+        "RECORDER_ARGS": recorder_args,
+        "PROXY_ARGS": proxy_args,
     }
     env.pop("OPENAI_API_KEY", None)
     subprocess.run(["unshare", "-n", "bash", "-c", SCRIPT], env=env, cwd=REPO, timeout=150, check=False)
@@ -172,3 +194,87 @@ def test_a_rate_limited_codex_turn_costs_no_more_upstream_calls_than_codexs_own_
     assert rc != 0, "every try was rate limited"
     assert len(received) == 1 + CODEX_RETRIES, "the proxy left the retries to Codex (was 18 calls)"
     assert {r["headers"].get("originator") for r in received} == {"codex_exec"}
+
+
+COMPACTING = f"""
+model = "gpt-5"
+model_provider = "openai"
+openai_base_url = "http://127.0.0.1:{PROXY_PORT}/v1"
+model_context_window = 10000
+model_auto_compact_token_limit = 100000
+model_post_turn_compact_threshold_percent = 50
+"""
+"""Codex on its built-in OpenAI provider (the one it compacts remotely for) pointed at the proxy, compacting
+after a turn past half of a 10k window: its remote compaction v2, a streamed ``/v1/responses`` ending with a
+``compaction_trigger`` item, answered by exactly one ``compaction`` item."""
+SECRET = "sk-" + "Cx7Dv8Ew9F" * 3
+SEALED = "gAAAAB-recorded-compaction-state"
+
+
+def notes_of(work: Path) -> str:
+    """Every note of the proxy's ``/v1/responses`` access lines, comma-joined."""
+    access = [
+        json.loads(line)
+        for line in (work / "proxy.log").read_text().splitlines()
+        if '"path":"/v1/responses"' in line
+    ]
+    return ",".join(",".join(a.get("notes") or []) for a in access)
+
+
+def compaction_items(received: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        item
+        for r in received
+        for item in r["body"].get("input") or []
+        if item.get("type") in ("compaction", "compaction_trigger")
+    ]
+
+
+@pytest.mark.timeout(600)
+def test_codex_compacts_through_the_proxy_against_an_upstream_without_compaction(
+    codex: Path, tmp_path: Path
+) -> None:
+    prompt = f"{PROMPT} The deploy key is {SECRET}."
+    rc, out, received = run_codex(codex, tmp_path, config=COMPACTING, prompt=prompt, resume="Run it again.")
+    logs = (tmp_path / "codex.err").read_text()[-2000:] + (tmp_path / "proxy.log").read_text()[-2000:]
+    assert rc == 0 and (tmp_path / "codex2.rc").read_text().strip() == "0", logs
+    assert "context compacted" in (tmp_path / "codex.err").read_text() + out, "Codex compacted"
+    notes = notes_of(tmp_path)
+    assert "responses_compaction:emulated" in notes, "the proxy answered the trigger itself"
+    assert "responses_compaction:expanded" in notes, "the resumed turn's compaction item was expanded"
+    assert any(r["path"].endswith("/chat/completions") for r in received), "a summary call wrote it"
+    assert all(SECRET not in json.dumps(r["body"]) for r in received), "the compacted history was filtered"
+    assert compaction_items(received) == [], "the upstream without compaction never saw a compaction item"
+    resumed = [r["body"] for r in received if r["path"].endswith("/responses")][-1]
+    developer = [i for i in resumed["input"] if i.get("role") == "developer"]
+    assert any("Summary (recorder)" in json.dumps(i) for i in developer), "the summary stands in the history"
+
+
+@pytest.mark.timeout(600)
+def test_codex_compacts_natively_through_the_proxy_against_an_upstream_with_compaction(
+    codex: Path, tmp_path: Path
+) -> None:
+    raw = yaml.safe_load((REPO / "config" / "default.yaml").read_text(encoding="utf-8"))
+    raw["upstreams"]["openai"]["responses_compaction"] = "native"
+    config = tmp_path / "proxy.yaml"
+    config.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    work = tmp_path / "run"
+    rc, _, received = run_codex(
+        codex,
+        work,
+        config=COMPACTING,
+        prompt=f"{PROMPT} The deploy key is {SECRET}.",
+        resume="Run it again.",
+        recorder_args="--compaction",
+        proxy_args=f"--config {config}",
+    )
+    logs = (work / "codex.err").read_text()[-2000:] + (work / "proxy.log").read_text()[-2000:]
+    assert rc == 0 and (work / "codex2.rc").read_text().strip() == "0", logs
+    triggers = [
+        r["body"] for r in received if r["body"].get("input", [{}])[-1].get("type") == "compaction_trigger"
+    ]
+    assert len(triggers) >= 1, "the trigger went to the upstream that compacts"
+    assert SECRET not in json.dumps(triggers), "the history it compacts passed the secret filter"
+    resumed = [r["body"] for r in received if r["path"].endswith("/responses")][-1]
+    assert any(i.get("encrypted_content") == SEALED for i in resumed["input"]), "its sealed item went back"
+    assert not any(r["path"].endswith("/chat/completions") for r in received), "nothing was emulated"

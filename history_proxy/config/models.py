@@ -23,6 +23,13 @@ from pydantic import (
 
 from history_proxy.config.locate import CONFIG_ENV as CONFIG_ENV  # re-exported: where it always was
 from history_proxy.config.locate import packaged_config
+from history_proxy.config.openai_standards import (
+    BreakpointMode,
+    CompactionMode,
+    OpenAIStandards,
+    breakpoint_mode,
+    compaction_mode,
+)
 from history_proxy.config.policies import PoliciesConfig, PolicyMode
 from history_proxy.config.pricing import PresetName, PricingConfig, default_pricing
 from history_proxy.config.quotas import RateLimits, redis_url_or_none
@@ -46,7 +53,7 @@ DEFAULT_CONFIG_PATH: Path = packaged_config()
 """The default config packaged with ``proxy`` (``config/default.yaml`` in the repository)."""
 
 
-class UpstreamConfig(StrictModel):
+class UpstreamConfig(OpenAIStandards):
     """One named upstream, an OpenAI-compatible base URL."""
 
     base_url: str = Field(json_schema_extra={"pattern": URL_PATTERN})
@@ -117,6 +124,16 @@ class UpstreamConfig(StrictModel):
     @property
     def is_mock(self) -> bool:
         return self.base_url.startswith("mock:") or (self.mock_when_no_key and self.key is None)
+
+    @property
+    def compaction(self) -> CompactionMode:
+        """Its Responses compaction mode, ``auto`` resolved (:mod:`history_proxy.config.openai_standards`)."""
+        return compaction_mode(self, self.base_url, self.is_mock)
+
+    @property
+    def breakpoints(self) -> BreakpointMode:
+        """Its OpenAI cache breakpoint mode, ``auto`` resolved."""
+        return breakpoint_mode(self, self.base_url, self.is_mock)
 
 
 class RouteConfig(StrictModel):

@@ -42,6 +42,7 @@ from history_proxy.mock.common import (
     split,
     wants_tool_call,
 )
+from history_proxy.mock.compaction import compact, compaction_refusal
 from history_proxy.mock.profiles import extra_field, honoured, scaled
 from history_proxy.mock.strict import declared_tools, messages_refusal, responses_refusal
 from history_proxy.surfaces import messages as anthropic
@@ -72,6 +73,12 @@ def _anthropic_error(
 class MockSurfaces(MockRoutes):
     """Request handlers for the Responses and Messages surfaces of the mock."""
 
+    compaction: bool = True
+    """Responses compaction is served (:mod:`history_proxy.mock.compaction`: a profile of the mock)."""
+
+    async def responses_compact(self, request: Request) -> Response:
+        return await compact(request, self.compaction)
+
     async def _read(
         self, request: Request, anthropic_errors: bool
     ) -> tuple[dict[str, Any], float] | Response:
@@ -101,6 +108,9 @@ class MockSurfaces(MockRoutes):
         refused = responses_refusal(body)
         if refused is not None:
             return error_answer(400, refused.message, param=refused.param, code=refused.code)
+        refusal = compaction_refusal(body, self.compaction)
+        if refusal is not None:
+            return refusal
         tool = wants_tool_call(view, declared_tools(body))
         digest = digest_of({"messages": view})
         if tool is not None:

@@ -260,8 +260,12 @@ def create_mock_app(
     first_byte_delay_s: float = 0.0,
     input_token_factor: float = 1.0,
     messages_profile: str = "lenient",
+    compaction: bool = True,
 ) -> Starlette:
     """The mock upstream as an ASGI app (run it with uvicorn, or mount it behind ``httpx.ASGITransport``).
+
+    ``compaction``: Responses compaction is served, as OpenAI serves it, or refused, as a Responses
+    server without it refuses it (:mod:`history_proxy.mock.compaction`).
 
     ``chunks``: how many content pieces a streamed answer is split into; ``chunk_delay_s``: the
     pause between them; ``first_byte_delay_s``: the wait before any answer (``x-mock-delay-ms``
@@ -281,11 +285,13 @@ def create_mock_app(
     }
     mock = MockUpstream(**options)
     surfaces = MockSurfaces(**options)
+    surfaces.compaction = compaction
     routes = [Route("/healthz", mock.healthz, methods=["GET"])]
     for prefix in ("/v1", ""):
         routes += [
             Route(f"{prefix}/chat/completions", mock.chat_completions, methods=["POST"]),
             Route(f"{prefix}/responses", surfaces.responses, methods=["POST"]),
+            Route(f"{prefix}/responses/compact", surfaces.responses_compact, methods=["POST"]),
             Route(f"{prefix}/messages", surfaces.messages, methods=["POST"]),
             Route(f"{prefix}/messages/count_tokens", surfaces.count_tokens, methods=["POST"]),
             Route(f"{prefix}/models", mock.models, methods=["GET"]),

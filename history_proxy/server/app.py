@@ -59,6 +59,7 @@ from history_proxy.server.inflight import InflightBytes
 from history_proxy.server.protocol import HEAD_LIMITS
 from history_proxy.server.reload import Reloader, ServingState, StateSwitch, authorize_admin, reload_on_sighup
 from history_proxy.summaries.cache import CachingSummarizer
+from history_proxy.summaries.compactions import CompactionStore
 from history_proxy.summaries.store import memory_of, summary_backend
 from history_proxy.surfaces.memo import ViewMemo
 from history_proxy.surfaces.table import Surface, error_shape_of
@@ -77,6 +78,7 @@ class _Proxy(Forwarder):
         upstreams = Upstreams(config, mock=MockUpstreamServer)  # started when an upstream is mock://
         backend = summary_backend(config.summary_cache, self.metrics)
         self.summaries = CachingSummarizer(upstreams, backend, recorder=self.metrics)
+        self.compactions = CompactionStore(backend)  # bounded with the summaries, Redis when they are
         self.tokens = TokenCounters(max_bytes=config.limits.token_cache_bytes)  # read once, at start
         self.recall = MemoryRecallStore()  # kept across reloads, like the token counters
         self.calibration = Calibration()  # learned token ratios outlive reloads

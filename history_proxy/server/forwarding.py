@@ -20,6 +20,7 @@ from history_proxy.server.caller import reachable_upstreams, resolve_identity
 from history_proxy.server.edge import Call, Outgoing, Relay, Whole
 from history_proxy.server.forwarded import forwarded_headers
 from history_proxy.server.guard import CLIENT_CLOSED
+from history_proxy.summaries.compactions import CompactionStore
 from history_proxy.upstream.client import Body
 from history_proxy.upstream.reply import UpstreamReply
 
@@ -31,6 +32,8 @@ class Forwarder:
 
     metrics: Metrics
     tokens: TokenCounters
+    compactions: CompactionStore
+    """The summaries behind the proxy's own Responses ``compaction`` items (emulated compaction)."""
 
     def begin(self, call: Call) -> Exchange:
         """The request's record, kept in the scope for the error answer and the access line."""

@@ -26,7 +26,9 @@ from history_proxy.errors import InvalidRequestError
 from history_proxy.observability.metrics import Exchange
 from history_proxy.pipeline.headers import history_headers
 from history_proxy.pipeline.run import PipelineResult
+from history_proxy.server import compaction_route
 from history_proxy.server.body import encode_json
+from history_proxy.server.compaction_route import Compacting
 from history_proxy.server.context_standards import (
     Standards,
     answer_rewrite,
@@ -61,10 +63,12 @@ async def handle(fwd: Forwarder, call: Call, surface: Surface) -> Outgoing:
     """One request on ``surface``'s route: shaped, forwarded, answered."""
     exchange = fwd.begin(call)
     identity = fwd.identify(call, exchange)
-    names, content, result, managed = await _shaped(fwd, call, exchange, identity, surface)
+    names, content, result, managed, compacting = await _shaped(fwd, call, exchange, identity, surface)
     own = pause_answer(managed) if managed is not None else None
     if own is not None:  # compacted with pause_after_compaction: the proxy's own answer, nothing sent
         return _answered(fwd, exchange, history_headers(result, identity.role), *own)
+    if compacting is not None and compacting.local is not None:  # answered by the proxy (emulated)
+        return _local(fwd, exchange, compacting.local, history_headers(result, identity.role))
     sent = call.header_items
     missing = [(name, value) for name, value in surface.default_headers if name not in call.headers]
     if missing:
@@ -94,12 +98,20 @@ async def handle(fwd: Forwarder, call: Call, surface: Surface) -> Outgoing:
             reply, answer[RETRY_HEADER] = retried[0], str(retried[1])
             reply.rewrite = rewrite
     reply.stream_error = surface.stream_error
-    return await fwd.respond(reply, exchange, answer)
+    return compaction_route.answered(await fwd.respond(reply, exchange, answer), compacting)
+
+
+def _local(fwd: Forwarder, exchange: Exchange, answer: Whole, headers: dict[str, str]) -> Whole:
+    """An answer the proxy wrote itself, with the ``x-history-*`` headers and the request id."""
+    headers = {**headers, "x-request-id": exchange.request_id}
+    answer.headers += [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
+    fwd.finish(exchange, answer.status)
+    return answer
 
 
 async def _shaped(
     fwd: Forwarder, call: Call, exchange: Exchange, identity: Identity, surface: Surface
-) -> tuple[list[str], Body, PipelineResult, Standards | None]:
+) -> tuple[list[str], Body, PipelineResult, Standards | None, Compacting | None]:
     """The upstreams to try, the shaped body (encoded) and what the chain did.
 
     Only the encoded body and the chain's figures outlive this call: the parsed messages are freed
@@ -109,12 +121,22 @@ async def _shaped(
     config, pipeline = call.state.config, call.state.pipeline
     body = await read_request(call, surface.history)
     names = same_mode_fallbacks(config, surface, body, fwd.route(call, body, exchange))
-    check_speaks(config, surface, names)
+    if surface.policy_only is None:  # a batch names no model: routed as any other path, never refused
+        check_speaks(config, surface, names)
+    compacting = None
+    if surface.compaction_items:  # Responses compaction for this upstream (native, emulated, stripped)
+        body, names, compacting = await compaction_route.prepare(
+            call, fwd.compactions, surface, body, names, identity
+        )
     exchange.read(body, keep=config.log_bodies)
     memo = None if surface.body_is_view else call.state.views.for_tenant(identity.tenant)
     shaped = await counted_off_loop(
         lambda: shape(surface, pipeline, body, identity, names[0], memo), body, fwd.tokens
     )
+    if compacting is not None:
+        await compaction_route.emulate(call, fwd.compactions, surface, shaped, identity, names[0], compacting)
+        if compacting.local is not None:  # answered here: recorded as shaped, never forwarded
+            return names, b"", exchange.shaped(shaped.result.without_messages()), None, compacting
     if memo is not None and memo.max_messages:  # tenants never share a memo entry
         fwd.metrics.observe_memo(surface.name, shaped.reused, shaped.converted, memo.held)
     managed = None
@@ -127,7 +149,7 @@ async def _shaped(
     kept = exchange.shaped(shaped.result.without_messages())
     marks = config.upstreams[names[0]].cache_control
     if all(config.upstreams[name].cache_control == marks for name in names[1:]):
-        return names, content, kept, managed
+        return names, content, kept, managed, compacting
 
     async def body_for(name: str) -> bytes:
         if config.upstreams[name].cache_control == marks:
@@ -136,7 +158,7 @@ async def _shaped(
         again = await standards(pipeline, surface, name, other.body, other.result, identity)
         return encode_json(other.body if again is None else again.managed.body)
 
-    return names, body_for, kept, managed
+    return names, body_for, kept, managed, compacting
 
 
 def _answered(

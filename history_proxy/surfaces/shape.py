@@ -12,6 +12,7 @@ from typing import Any
 from history_proxy.core.identity import Identity
 from history_proxy.errors import InvalidRequestError
 from history_proxy.pipeline.run import Pipeline
+from history_proxy.surfaces import breakpoints
 from history_proxy.surfaces._view import REF, Shaped, run_view, unfiltered
 from history_proxy.surfaces.marks import place_marks
 from history_proxy.surfaces.memo import ViewMemo
@@ -99,12 +100,14 @@ async def shape(
     if model is not None and not isinstance(model, str):
         raise InvalidRequestError(surface.model_type_error, param="model")
     model = model or ""
+    if surface.policy_only is not None:  # no chain's view: the global and tenant policies only
+        return surface.policy_only(pipeline, body, identity, upstream)
     if memo is not None and memo.max_messages == 0:
         memo = None
     to_view, rebuild = surface.to_view, surface.rebuild
     if to_view is None or rebuild is None:  # chat completions: the body is its own view
         result = await pipeline.run(body, identity, upstream)
-        return Shaped(result.body, result)
+        return _breakpoints(pipeline, Shaped(result.body, result), upstream, identity, "messages")
     view = to_view(body, pipeline.tokens.get(model=model), memo)
     state = surface.provider_state(body) if surface.provider_state is not None else None
     if state is not None:
@@ -127,6 +130,8 @@ async def shape(
     shaped = _through_policy(surface, pipeline, shaped, identity, model, upstream)
     if surface.native_marks:
         _mark(pipeline, shaped, upstream, unmarked_messages=view.first_mark is None)
+    elif surface.name == "responses":
+        _breakpoints(pipeline, shaped, upstream, identity, "input")
     return shaped
 
 
@@ -151,6 +156,19 @@ def _unshaped(
     """A request whose view is empty, forwarded unfiltered with its surface's note."""
     shaped = unfiltered(pipeline, body, view, model, identity, upstream, surface.name, "")
     shaped.result.report["notes"][-1] = surface.empty_note
+    return shaped
+
+
+def _breakpoints(
+    pipeline: Pipeline, shaped: Shaped, upstream: str | None, identity: Identity, list_key: str
+) -> Shaped:
+    """``shaped`` after the upstream's OpenAI cache breakpoint mode (enforce mode; chat and Responses)."""
+    target = pipeline.config.upstreams.get(upstream or "")
+    if target is None or target.breakpoints == "forward" or shaped.result.mode != "enforce":
+        return shaped
+    body = breakpoints.apply(shaped.body, pipeline.config.cache_control, target, identity, list_key)
+    if body is not shaped.body:
+        shaped.body = shaped.result.body = body
     return shaped
 
 

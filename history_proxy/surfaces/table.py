@@ -1,7 +1,9 @@
 """The surface table: everything the proxy knows about each API it shapes, in one place.
 
-A :class:`Surface` is one API route the proxy shapes: chat completions, Responses, Messages and
-Messages ``count_tokens``. Its row says where it is served (``route``) and forwarded (``upstream_path``),
+A :class:`Surface` is one API route the proxy shapes: chat completions, Responses (and its
+``/compact`` and ``/input_tokens``), Messages and Messages ``count_tokens``, and the routes whose bodies
+pass the global and tenant policies only (``/v1/completions``, ``/v1/messages/batches``).
+Its row says where it is served (``route``) and forwarded (``upstream_path``),
 which upstream APIs serve it, how its body becomes the chain's view and back (``to_view``,
 ``rebuild``, ``validate``), whether it carries native cache marks, its error shape and in-band stream
 error, the headers it adds when the client sent none, and whether a request refused for length is
@@ -28,7 +30,7 @@ from history_proxy.errors import (
     responses_stream_error,
 )
 from history_proxy.pipeline.run import Pipeline
-from history_proxy.surfaces import messages, responses
+from history_proxy.surfaces import messages, policy_only, responses
 from history_proxy.surfaces._view import HISTORY_AT_PROVIDER, Shaped, View
 from history_proxy.surfaces.history_free import instructions_through_policy
 from history_proxy.surfaces.memo import ViewMemo
@@ -41,6 +43,7 @@ SurfaceName = Literal["chat", "responses", "messages"]
 ToView = Callable[[dict[str, Any], TokenCounter | None, ViewMemo | None], View]
 Rebuild = Callable[[dict[str, Any], View, Sequence[Message]], dict[str, Any]]
 ThroughPolicy = Callable[[Pipeline, Shaped, Identity, str, str | None], Shaped]
+PolicyOnly = Callable[[Pipeline, dict[str, Any], Identity, str | None], Shaped]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -82,6 +85,14 @@ class Surface:
     """A request refused as too long is fitted to a budget and sent once more."""
     model_type_error: str = "'model' must be a string"
     """The API's own words when ``model`` is not a string."""
+    policy_only: PolicyOnly | None = None
+    """The body carries conversations but no chain's view: only the global and tenant policies'
+    history-free filters apply (:mod:`history_proxy.surfaces.policy_only`)."""
+    compaction_items: bool = False
+    """Its body may carry Responses ``compaction`` items (:mod:`history_proxy.surfaces.compaction`)."""
+    compacts: bool = False
+    """It compacts a history (``/v1/responses/compact``): answered by the proxy itself for an upstream
+    whose ``responses_compaction`` is ``emulate``."""
 
     @property
     def body_is_view(self) -> bool:
@@ -111,6 +122,7 @@ RESPONSES = Surface(
     through_policy=instructions_through_policy,
     empty_note=f"{HISTORY_AT_PROVIDER}:no_input",  # an empty or absent input: the upstream judges
     stream_error=responses_stream_error,
+    compaction_items=True,
 )
 MESSAGES = Surface(
     name="messages",
@@ -136,7 +148,49 @@ COUNT_TOKENS = replace(
     refits=False,  # a count is never refused for length
 )
 
-TABLE: tuple[Surface, ...] = (CHAT, RESPONSES, MESSAGES, COUNT_TOKENS)
+RESPONSES_COMPACT = replace(
+    RESPONSES,
+    route="/v1/responses/compact",
+    upstream_path="/responses/compact",
+    refits=False,  # its answer replaces the history: never cut behind the client's back
+    compacts=True,
+)
+INPUT_TOKENS = replace(
+    RESPONSES, route="/v1/responses/input_tokens", upstream_path="/responses/input_tokens", refits=False
+)
+COMPLETIONS = Surface(
+    name="chat",  # OpenAI's legacy completions: counted with chat completions
+    route="/v1/completions",
+    upstream_path="/completions",
+    served_by=frozenset({"openai"}),
+    history="prompt",
+    refits=False,
+    policy_only=policy_only.completions,
+)
+MESSAGE_BATCHES = replace(
+    MESSAGES,
+    route="/v1/messages/batches",
+    upstream_path="/messages/batches",
+    to_view=None,
+    rebuild=None,
+    validate=None,
+    through_policy=None,
+    history="requests",
+    native_marks=False,
+    refits=False,
+    policy_only=policy_only.batches,
+)
+
+TABLE: tuple[Surface, ...] = (
+    CHAT,
+    RESPONSES,
+    MESSAGES,
+    COUNT_TOKENS,
+    RESPONSES_COMPACT,
+    INPUT_TOKENS,
+    COMPLETIONS,
+    MESSAGE_BATCHES,
+)
 BY_ROUTE: dict[str, Surface] = {surface.route: surface for surface in TABLE}
 """The surface served on each route (the edge's dispatch)."""
 BY_NAME: dict[str, Surface] = {surface.name: surface for surface in reversed(TABLE)}

@@ -21,8 +21,8 @@ UPSTREAM_KEY = "sk-ant-upstream-key"
 class Recorder:
     """An ASGI app recording every request (path, headers, JSON body) before the mock answers it."""
 
-    def __init__(self, chunks: int = 3) -> None:
-        self.app = create_mock_app(chunks=chunks)
+    def __init__(self, chunks: int = 3, *, compaction: bool = True) -> None:
+        self.app = create_mock_app(chunks=chunks, compaction=compaction)
         self.seen: list[dict[str, Any]] = []
 
     async def intercept(self, path: str, body: Any, scope: Scope, receive: Receive, send: Send) -> bool:

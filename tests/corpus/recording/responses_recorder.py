@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A recording, scripted OpenAI Responses upstream for coding agents (stdlib only, runs anywhere).
 
-Every ``POST /v1/responses`` is appended to a JSONL file as ``{"seq", "path", "headers", "body"}``
+Every ``POST /v1/responses`` (and a proxy's ``/v1/chat/completions`` summary call, answered with
+:data:`SUMMARY_TEXT`) is appended to a JSONL file as ``{"seq", "path", "headers", "body"}``
 (all request headers but ``authorization``, and the body exactly as it arrived) and answered with
 the Responses API's typed SSE events (``response.created`` .. ``response.completed``), or a JSON
 ``response`` object without ``stream: true``. The script is a tool loop of two calls:
@@ -13,6 +14,11 @@ the Responses API's typed SSE events (``response.created`` .. ``response.complet
 
 ``--fail N`` answers the first N requests with ``--status`` (429 by default, OpenAI's error body,
 ``retry-after: 0``) before the script starts: a client's own retries are counted in the file.
+
+``--compaction`` makes it an upstream with Responses compaction: a request ending with a
+``compaction_trigger`` item (Codex's remote compaction) is answered with one ``compaction`` item
+sealed as :data:`SEALED`. Without it, a ``compaction`` or ``compaction_trigger`` item is refused with
+OpenAI's 400, as a Responses server without compaction refuses it.
 
 ``python3 responses_recorder.py --port 0 --out rec.jsonl`` prints ``LISTENING <port>`` once it serves.
 """
@@ -29,6 +35,9 @@ from typing import Any
 COMMAND = "echo codex-e2e-marker"
 DONE_TEXT = "The command printed:"
 ENCRYPTED = "gAAAAB-recorded-opaque-reasoning-state"
+SEALED = "gAAAAB-recorded-compaction-state"
+"""Stands for the provider's encrypted compaction: only this upstream can read it back."""
+COMPACTION_ITEMS = ("compaction", "compaction_trigger")
 """Stands for the provider's encrypted reasoning: a client must send it back as it came."""
 
 
@@ -81,9 +90,30 @@ def output_text(body: dict[str, Any]) -> str:
     return ""
 
 
+def compaction_refusal(body: dict[str, Any], has_compaction: bool) -> dict[str, Any] | None:
+    """OpenAI's error for a compaction item this upstream cannot take (None: it can)."""
+    for n, item in enumerate(i for i in body.get("input") or [] if isinstance(i, dict)):
+        kind = item.get("type")
+        if kind in COMPACTION_ITEMS and not has_compaction:
+            message = f"Invalid value: '{kind}'."
+            return {
+                "message": message,
+                "type": "invalid_request_error",
+                "param": f"input[{n}].type",
+                "code": None,
+            }
+        if kind == "compaction" and item.get("encrypted_content") != SEALED:
+            message = "The encrypted content could not be verified."
+            return {"message": message, "type": "invalid_request_error", "param": f"input[{n}]", "code": None}
+    return None
+
+
 def answer_items(body: dict[str, Any], seq: int) -> list[dict[str, Any]]:
-    """The script: a reasoning item and a shell call first, then the final text."""
+    """The script: a reasoning item and a shell call first, then the final text; one sealed
+    ``compaction`` item for a request that ends with a ``compaction_trigger``."""
     items = [i for i in body.get("input") or [] if isinstance(i, dict)]
+    if items and items[-1].get("type") == "compaction_trigger":
+        return [{"type": "compaction", "id": f"cmp_rec{seq:04d}", "encrypted_content": SEALED}]
     users = [n for n, i in enumerate(items) if i.get("role") == "user"]
     turn = items[users[-1] :] if users else items  # the current turn: a tool loop of its own
     if not any(i.get("type") == "function_call_output" for i in turn):
@@ -106,6 +136,23 @@ def answer_items(body: dict[str, Any], seq: int) -> list[dict[str, Any]]:
             "content": [part],
         }
     ]
+
+
+SUMMARY_TEXT = "Summary (recorder): the user asked to run the marker command in the shell."
+"""The recorder's answer to a chat-completions summary call (a proxy compacting for an upstream without it)."""
+
+
+def summary_completion(body: dict[str, Any], seq: int) -> dict[str, Any]:
+    """A ``chat.completion`` holding :data:`SUMMARY_TEXT`, as a model answers a summary request."""
+    message = {"role": "assistant", "content": SUMMARY_TEXT}
+    return {
+        "id": f"chatcmpl-rec{seq:04d}",
+        "object": "chat.completion",
+        "created": 1700000000 + seq,
+        "model": body.get("model", "gpt-5"),
+        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20},
+    }
 
 
 def response(body: dict[str, Any], seq: int, output: list[dict[str, Any]], status: str) -> dict[str, Any]:
@@ -149,8 +196,16 @@ def events(body: dict[str, Any], seq: int, output: list[dict[str, Any]]) -> list
 class ResponsesRecorder:
     """The recorder as a threaded HTTP server on ``host:port`` (0: a free port)."""
 
-    def __init__(self, out: str, host: str = "127.0.0.1", port: int = 0, fail: int = 0, status: int = 429):
-        self.out, self.fail, self.status = out, fail, status
+    def __init__(
+        self,
+        out: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        fail: int = 0,
+        status: int = 429,
+        compaction: bool = False,
+    ):
+        self.out, self.fail, self.status, self.compaction = out, fail, status, compaction
         self.lock = threading.Lock()
         self.seq = 0
         recorder = self
@@ -184,6 +239,13 @@ class ResponsesRecorder:
                         "code": None,
                     }
                     self._send(recorder.status, {"error": error}, {"retry-after": "0"})
+                    return
+                if self.path.endswith("/chat/completions"):  # a proxy's summary call (emulated compaction)
+                    self._send(200, summary_completion(body, seq))
+                    return
+                refused = compaction_refusal(body, recorder.compaction)
+                if refused is not None:
+                    self._send(400, {"error": refused})
                     return
                 output = answer_items(body, seq)
                 if not body.get("stream"):
@@ -219,8 +281,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="JSONL file the requests are appended to")
     ap.add_argument("--fail", type=int, default=0, help="answer the first N requests with --status")
     ap.add_argument("--status", type=int, default=429)
+    ap.add_argument("--compaction", action="store_true", help="serve Responses compaction (Codex's trigger)")
     args = ap.parse_args(argv)
-    recorder = ResponsesRecorder(args.out, args.host, args.port, args.fail, args.status)
+    recorder = ResponsesRecorder(args.out, args.host, args.port, args.fail, args.status, args.compaction)
     print(f"LISTENING {recorder.server.server_address[1]}", flush=True)
     try:
         recorder.server.serve_forever()
