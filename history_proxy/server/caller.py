@@ -39,6 +39,12 @@ def tenant_for_key(config: Config, token: str | None) -> str | None:
     return entry.tenant if entry else None
 
 
+def role_of_key(config: Config, headers: Mapping[str, str]) -> str | None:
+    """The role ``auth.keys[].role`` gives the request's proxy key (None: no key, or no role)."""
+    entry = _key_entry(config, proxy_token(headers))
+    return entry.role if entry is not None else None
+
+
 def reachable_upstreams(config: Config, headers: Mapping[str, str], names: list[str]) -> list[str]:
     """``names`` (a route: upstream, then fallbacks) less those the caller's key may not reach.
 

@@ -28,14 +28,14 @@ from history_proxy.errors import (
     responses_stream_error,
 )
 from history_proxy.pipeline.run import Pipeline
-from history_proxy.surfaces import messages, responses
+from history_proxy.surfaces import engine, messages, responses
 from history_proxy.surfaces._view import HISTORY_AT_PROVIDER, Shaped, View
 from history_proxy.surfaces.history_free import instructions_through_policy
 from history_proxy.surfaces.memo import ViewMemo
 from history_proxy.surfaces.messages_pinned import through_policy
 from history_proxy.surfaces.messages_valid import valid_for_messages
 
-SurfaceName = Literal["chat", "responses", "messages"]
+SurfaceName = Literal["chat", "responses", "messages", "engine", "gemini"]
 """The one vocabulary for an API: metric labels, notes, ``?api=`` on a preview, replays."""
 
 ToView = Callable[[dict[str, Any], TokenCounter | None, ViewMemo | None], View]
@@ -82,6 +82,8 @@ class Surface:
     """A request refused as too long is fitted to a budget and sent once more."""
     model_type_error: str = "'model' must be a string"
     """The API's own words when ``model`` is not a string."""
+    answers: bool = False
+    """Answered by the proxy itself, never forwarded (the engine contract, ``/v1/compress``)."""
 
     @property
     def body_is_view(self) -> bool:
@@ -136,7 +138,19 @@ COUNT_TOKENS = replace(
     refits=False,  # a count is never refused for length
 )
 
-TABLE: tuple[Surface, ...] = (CHAT, RESPONSES, MESSAGES, COUNT_TOKENS)
+ENGINE = Surface(
+    name="engine",
+    route="/v1/compress",
+    upstream_path="",  # never forwarded: the chain's output is the answer
+    served_by=frozenset({"openai", "anthropic", "google"}),
+    history="messages",
+    to_view=engine.to_view,
+    rebuild=engine.rebuild,
+    refits=False,
+    answers=True,
+)
+
+TABLE: tuple[Surface, ...] = (CHAT, RESPONSES, MESSAGES, COUNT_TOKENS, ENGINE)
 BY_ROUTE: dict[str, Surface] = {surface.route: surface for surface in TABLE}
 """The surface served on each route (the edge's dispatch)."""
 BY_NAME: dict[str, Surface] = {surface.name: surface for surface in reversed(TABLE)}
