@@ -240,6 +240,7 @@ def create_mock_app(
     pause between them; ``first_byte_delay_s``: the wait before any answer (``x-mock-delay-ms``
     overrides it per request).
     """
+    from history_proxy.mock.gemini import MockGemini
     from history_proxy.mock.surfaces import MockSurfaces
 
     cache = PromptCache()  # one for every surface, as a provider's cache is per account
@@ -249,7 +250,12 @@ def create_mock_app(
     surfaces = MockSurfaces(
         chunks=chunks, chunk_delay_s=chunk_delay_s, first_byte_delay_s=first_byte_delay_s, cache=cache
     )
+    google = MockGemini(
+        chunks=chunks, chunk_delay_s=chunk_delay_s, first_byte_delay_s=first_byte_delay_s, cache=cache
+    )
     routes = [Route("/healthz", mock.healthz, methods=["GET"])]
+    for prefix in ("/v1", "", "/v1beta"):
+        routes.append(Route(f"{prefix}/models/{{target}}", google.models, methods=["POST"]))
     for prefix in ("/v1", ""):
         routes += [
             Route(f"{prefix}/chat/completions", mock.chat_completions, methods=["POST"]),

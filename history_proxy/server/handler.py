@@ -27,13 +27,14 @@ from history_proxy.observability.metrics import Exchange
 from history_proxy.pipeline.headers import history_headers
 from history_proxy.pipeline.run import PipelineResult
 from history_proxy.server.body import encode_json
-from history_proxy.server.edge import Call, Outgoing, Whole
+from history_proxy.server.edge import Call, Outgoing, Whole, route_path
 from history_proxy.server.forwarding import Forwarder
 from history_proxy.server.overflow import RETRY_HEADER, retry_if_overflow
 from history_proxy.server.warm import counted_off_loop, read_request
 from history_proxy.surfaces.shape import shape, surface_named
-from history_proxy.surfaces.table import BY_NAME, Surface
+from history_proxy.surfaces.table import BY_NAME, Surface, path_model, upstream_path_of
 from history_proxy.upstream.client import Body
+from history_proxy.upstream.headers import query_without_key
 
 
 def check_speaks(config: Config, surface: Surface, names: list[str]) -> None:
@@ -53,13 +54,20 @@ async def handle(fwd: Forwarder, call: Call, surface: Surface) -> Outgoing:
     """One request on ``surface``'s route: shaped, forwarded, answered."""
     exchange = fwd.begin(call)
     identity = fwd.identify(call, exchange)
-    names, content, result = await _shaped(fwd, call, exchange, identity, surface)
+    model = path_model(surface, route_path(call.scope))
+    names, content, result = await _shaped(fwd, call, exchange, identity, surface, model)
     sent = call.header_items
     missing = [(name, value) for name, value in surface.default_headers if name not in call.headers]
     if missing:
         sent = [*sent, *missing]
-    path = surface.upstream_path
-    reply = await fwd.open(call, exchange, path, names, content, sent)
+    path = upstream_path_of(surface, model)
+    config = call.state.config
+    query = (
+        query_without_key(call.query, config.upstreams[names[0]], bool(config.auth.keys))
+        if surface.key_in_query
+        else None
+    )
+    reply = await fwd.open(call, exchange, path, names, content, sent, query)
     answer = history_headers(result, identity.role)
     if surface.refits:
         retried = await retry_if_overflow(
@@ -79,7 +87,7 @@ async def handle(fwd: Forwarder, call: Call, surface: Surface) -> Outgoing:
 
 
 async def _shaped(
-    fwd: Forwarder, call: Call, exchange: Exchange, identity: Identity, surface: Surface
+    fwd: Forwarder, call: Call, exchange: Exchange, identity: Identity, surface: Surface, model: str = ""
 ) -> tuple[list[str], Body, PipelineResult]:
     """The upstreams to try, the shaped body (encoded) and what the chain did.
 
@@ -89,12 +97,13 @@ async def _shaped(
     """
     config, pipeline = call.state.config, call.state.pipeline
     body = await read_request(call, surface.history)
-    names = fwd.route(call, body, exchange)
+    names = fwd.route(call, {"model": model} if model else body, exchange)
     check_speaks(config, surface, names)
-    exchange.read(body, keep=config.log_bodies)
+    exchange.read(body, keep=config.log_bodies, stream=surface.streams)
     memo = None if surface.body_is_view else call.state.views.for_tenant(identity.tenant)
+    named = model or None
     shaped = await counted_off_loop(
-        lambda: shape(surface, pipeline, body, identity, names[0], memo), body, fwd.tokens
+        lambda: shape(surface, pipeline, body, identity, names[0], memo, model=named), body, fwd.tokens
     )
     if memo is not None and memo.max_messages:  # tenants never share a memo entry
         fwd.metrics.observe_memo(surface.name, shaped.reused, shaped.converted, memo.held)
@@ -107,7 +116,9 @@ async def _shaped(
     async def body_for(name: str) -> bytes:
         if config.upstreams[name].cache_control == marks:
             return content
-        return encode_json((await shape(surface, pipeline, body, identity, name)).body)  # other marks
+        return encode_json(
+            (await shape(surface, pipeline, body, identity, name, model=named)).body
+        )  # other marks
 
     return names, body_for, kept
 
