@@ -370,6 +370,8 @@ CROSS_CUTTING = {
     "filter_registry": "one list of filter types across config, modules, examples, docs and tests",
     "fleet": "replicas behind nginx sharing a real Redis",
     "frameworks_e2e": "real multi-agent frameworks end to end",
+    "gemini_cli_e2e": "a real client end to end",
+    "litellm_engine_e2e": "a real gateway calling the engine end to end",
     "hardening_e2e": "hostile loads end to end",
     "install": "a wheel installed outside the clone",
     "messages_unknown_properties": "properties over every filter on /v1/messages",

@@ -83,7 +83,7 @@ async def compress(fwd: Forwarder, call: Call, surface: Surface, recall: Recall 
     model = body.get("model")
     model = model if isinstance(model, str) else ""
     names = fwd.route(call, {"model": model}, exchange, forward=False)  # the key's scope, as if forwarded
-    exchange.read({}, keep=False)
+    exchange.read(body, keep=call.state.config.log_bodies)
     pipeline = call.state.pipeline
     shaped = await counted_off_loop(
         lambda: shape(surface, pipeline, body, identity, names[0]), body, fwd.tokens

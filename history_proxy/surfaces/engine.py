@@ -4,8 +4,11 @@ A gateway (LiteLLM's ``headroom`` guardrail, Portkey, Kong, agentgateway) sends 
 often not a whole conversation: LiteLLM withholds the system rows, the newest user and assistant
 rows and every assistant row, so tool results arrive without the calls they answer. The view is the
 messages as sent, each carrying :data:`REF`; a run of tool messages answering no preceding call gets
-a stand-in assistant message with those calls (never written back), so every chain reads a valid
-conversation.
+a stand-in assistant message with those calls, and a conversation whose first message after the
+system ones is not a user message gets a stand-in task (:data:`WITHHELD_TASK`) before it, so every
+chain reads a valid conversation opened by a task (a view anchors the current turn there, and
+``last_n_observations`` counts it as the first observation, never elided, as SWE-agent's instance
+template). Stand-ins are never written back.
 
 Written back, the answer has exactly one message per message sent, in order (the contract; a
 gateway matches rows by position):
@@ -39,6 +42,8 @@ SURFACE = "engine"
 STAND_IN = "stand_in"
 """The unit kind of an assistant message made for tool results that answer no call sent."""
 VERBATIM_ROLES = frozenset({"system", "developer"})
+WITHHELD_TASK = "(the task, withheld by the gateway)"
+"""The stand-in user message opening a view whose messages do not open with one."""
 HANDLE_CHARS = 24
 """A handle's length in hex digits (what LiteLLM's guardrail reads as a retrieval hash: 12 to 24)."""
 
@@ -53,12 +58,17 @@ def to_view(body: dict[str, Any], counter: TokenCounter | None = None, memo: Any
     view = View([], [])
     answered: set[str] = set()  # the call ids the nearest assistant message (or stand-in) made
     stand_in: Message | None = None
+    opened = False  # a user message (or the stand-in task) opens the conversation
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
             raise InvalidRequestError(
                 f"messages[{i}] must be an object", param=f"messages[{i}]", code="invalid_messages"
             )
         role = message.get("role")
+        if not opened and role not in VERBATIM_ROLES:
+            opened = True
+            if role != "user":
+                view.add({"role": "user", "content": WITHHELD_TASK}, Unit(STAND_IN))
         if role == "tool":
             call_id = message.get("tool_call_id")
             if isinstance(call_id, str) and call_id not in answered:
