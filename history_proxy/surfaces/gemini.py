@@ -30,57 +30,88 @@ from history_proxy.core.summary_input import NATIVE_PART, PLACEHOLDER_URL
 from history_proxy.core.tokens import TOKENS_PER_MESSAGE, TokenCounter, approximate_length
 from history_proxy.errors import InvalidRequestError
 from history_proxy.surfaces._view import REF, Unit, View, compact_json, unchanged
+from history_proxy.surfaces.memo import Remembered, ViewMemo, conversation_key, matched
 
 SURFACE = "gemini"
 OMITTED = "(earlier turns were left out by history-proxy)"
 MEDIA_KEYS = ("inlineData", "fileData")
+ROLES = ("system", "user", "assistant", "tool")
 
 
 def _refuse(message: str, field: str) -> InvalidRequestError:
     return InvalidRequestError(message, param=field)
 
 
-def to_view(body: dict[str, Any], counter: TokenCounter | None = None, memo: Any = None) -> View:
-    """The request as chat messages for the chain, each counted by the chat recipe as it is built."""
+def to_view(body: dict[str, Any], counter: TokenCounter | None = None, memo: ViewMemo | None = None) -> View:
+    """The request as chat messages for the chain, each counted by the chat recipe as it is built.
+
+    With a ``memo``, the leading contents equal to the conversation's previous request keep their view
+    (and their counts): only the new contents are converted.
+    """
     contents = body.get("contents")
-    view = View([], [])
     if contents is None and "generateContentRequest" in body:
-        return view  # countTokens over a whole request: forwarded as it came
+        return View([], [])  # countTokens over a whole request: forwarded as it came
     if not isinstance(contents, list):
         raise _refuse("* GenerateContentRequest.contents: contents is not specified", "contents")
     counter = counter or TokenCounter(approximate_length)
-    _system(body.get("systemInstruction"), view, counter)
-    calls: list[str] = []  # the call ids of the latest model content, in order
-    for i, content in enumerate(contents):
+    base = {role: TOKENS_PER_MESSAGE + counter.text(role) for role in ROLES}  # before content
+    instruction = body.get("systemInstruction")
+    key = conversation_key(SURFACE, instruction, contents) if memo is not None else None
+    remembered = memo.recall(key, counter) if memo is not None else None
+    start = matched(contents, remembered.natives) if remembered is not None else 0
+    if remembered is not None and start:
+        view = remembered.view.prefix(start)
+        calls = _calls_before(view, contents, start)
+    else:
+        view, start, calls = View([], []), 0, []  # calls: the ids of the latest model content, in order
+        _system(instruction, view, counter, base["system"])
+    for i, content in enumerate(contents[start:], start):
         if not isinstance(content, dict) or not isinstance(content.get("parts", []), list):
             raise _refuse(f"Invalid value at 'contents[{i}]': parts must be a list", f"contents[{i}]")
         view.spans.append(len(view.units))
         parts = content.get("parts") or []
         if content.get("role") == "model":
-            calls = _model_view(view, parts, i, counter)
+            calls = _model_view(view, parts, i, counter, base["assistant"])
         else:
-            _user_view(view, parts, i, counter, calls)
+            _user_view(view, parts, i, counter, calls, base)
             calls = []
     view.spans.append(len(view.units))
+    view.first_mark = -1  # Gemini has no cache marks to place
+    if memo is not None:
+        memo.keep(key, Remembered(contents, view, counter), reused=start)
     return view
 
 
-def _system(instruction: Any, view: View, counter: TokenCounter) -> None:
+def _calls_before(view: View, contents: list[Any], start: int) -> list[str]:
+    """The call ids of the content before ``start`` when it is a model content (its responses may follow)."""
+    previous = contents[start - 1]
+    if not isinstance(previous, dict) or previous.get("role") != "model":
+        return []
+    message = view.messages[view.spans[start - 1]] if view.spans[start] > view.spans[start - 1] else {}
+    return [call["id"] for call in message.get("tool_calls") or []]
+
+
+def _system(instruction: Any, view: View, counter: TokenCounter, base: int) -> None:
     if not isinstance(instruction, dict):
         return
     parts = instruction.get("parts")
     texts = [p["text"] for p in parts or [] if isinstance(p, dict) and isinstance(p.get("text"), str)]
     if texts:
         text = "\n".join(texts)
-        view.add({"role": "system", "content": text}, Unit("system"), TOKENS_PER_MESSAGE + counter.text(text))
+        view.add({"role": "system", "content": text}, Unit("system"), base + counter.text(text))
 
 
-def _model_view(view: View, parts: list[Any], i: int, counter: TokenCounter) -> list[str]:
+def _model_view(view: View, parts: list[Any], i: int, counter: TokenCounter, base: int) -> list[str]:
     """A model content as one assistant message; the ids of its calls, in order."""
     count = counter.text
+    if len(parts) == 1 and parts[0].__class__ is dict:  # the usual: one text, or one call
+        text = parts[0].get("text")
+        if text.__class__ is str and parts[0].get("thought") is not True:
+            view.add({"role": "assistant", "content": text}, Unit("assistant", i), base + count(text))
+            return []
     texts: list[Any] = []
     tool_calls: list[dict[str, Any]] = []
-    tokens = TOKENS_PER_MESSAGE + count("assistant")
+    tokens = base
     for k, part in enumerate(parts):
         if not isinstance(part, dict) or part.get("thought") is True:
             continue
@@ -106,7 +137,9 @@ def _model_view(view: View, parts: list[Any], i: int, counter: TokenCounter) -> 
     return [call["id"] for call in tool_calls]
 
 
-def _user_view(view: View, parts: list[Any], i: int, counter: TokenCounter, calls: list[str]) -> None:
+def _user_view(
+    view: View, parts: list[Any], i: int, counter: TokenCounter, calls: list[str], base: dict[str, int]
+) -> None:
     """A user content: a tool message per ``functionResponse``, then one user message of its other parts."""
     count = counter.text
     others: list[int] = []
@@ -127,13 +160,13 @@ def _user_view(view: View, parts: list[Any], i: int, counter: TokenCounter, call
             call_id = f"{i}:{k}"
         answered += 1
         result = response_text(response.get("response", {}))
-        tokens = TOKENS_PER_MESSAGE + count("tool") + count(call_id) + count(result)
+        tokens = base["tool"] + count(call_id) + count(result)
         view.add(
             {"role": "tool", "tool_call_id": call_id, "content": result}, Unit("result", i, (k,)), tokens
         )
     if others and (has_text or len(others) == len(parts)):
         content, tokens = _user_content([parts[k] for k in others], counter)
-        view.add({"role": "user", "content": content}, Unit("user", i, others), TOKENS_PER_MESSAGE + tokens)
+        view.add({"role": "user", "content": content}, Unit("user", i, others), base["user"] + tokens)
 
 
 def response_text(response: Any) -> str:
@@ -150,9 +183,9 @@ def _user_content(parts: list[Any], counter: TokenCounter) -> tuple[Any, int]:
     count = counter.text
     if len(parts) == 1 and isinstance(parts[0], dict) and isinstance(parts[0].get("text"), str):
         text = parts[0]["text"]
-        return text, count("user") + count(text)
+        return text, count(text)
     out: list[Any] = []
-    tokens = count("user")
+    tokens = 0
     for part in parts:
         if isinstance(part, dict) and isinstance(part.get("text"), str):
             out.append({"type": "text", "text": part["text"]})
@@ -169,29 +202,34 @@ def rebuild(body: dict[str, Any], view: View, sent: Sequence[Message]) -> dict[s
     if unchanged(view, sent):
         return body
     contents: list[Any] = body["contents"]
-    kept: dict[int, dict[int, Message]] = {}  # content position -> ref -> the kept view message
-    order: list[int] = []
+    units, originals, spans = view.units, view.messages, view.spans
+    out: list[Any] = []
+    pieces: dict[int, dict[int, Message]] = {}  # content position -> ref -> the kept view message
+    slots: dict[int, int] = {}  # content position -> its place in ``out``
     made: list[str] = []
     for message in sent:
         ref = message.get(REF)
         if ref.__class__ is not int:
-            if message.get("role") in ("system", "developer"):
-                made.append(text_of(message.get("content")))
-            elif text_of(message.get("content")):
-                made.append(text_of(message.get("content")))  # a filter's own turn: said in the instruction
+            text = text_of(message.get("content"))
+            if text:
+                made.append(text)  # a filter's own message: said in the instruction
             continue
-        index = view.units[ref].index
+        index = units[ref].index
         if index < 0:
             continue  # the system instruction goes back as it came
-        if index not in kept:
-            kept[index] = {}
-            order.append(index)
-        kept[index][ref] = message
-    out: list[Any] = []
-    for index in order:
-        native = _native(contents[index], view, index, kept[index])
-        if native is not None:
-            out.append(native)
+        if message is originals[ref] and spans[index + 1] - spans[index] == 1:
+            out.append(contents[index])  # the usual content: one view message, unchanged
+            continue
+        held = pieces.get(index)
+        if held is None:
+            held = pieces[index] = {}
+            slots[index] = len(out)
+            out.append(None)
+        held[ref] = message
+    for index, held in pieces.items():
+        out[slots[index]] = _native(contents[index], view, index, held)
+    if pieces:
+        out = [content for content in out if content is not None]
     if out and out[0].get("role") == "model" and (not contents or contents[0].get("role") != "model"):
         out.insert(0, {"role": "user", "parts": [{"text": OMITTED}]})
     rebuilt = {**body, "contents": out}
@@ -212,6 +250,8 @@ def _native(
     if len(kept) == len(refs) and all(kept[r] is originals[r] for r in refs):
         return content
     parts: list[Any] = content.get("parts") or []
+    if len(parts) == 1 and len(refs) == 1 and view.units[refs[0]].kind == "result":
+        return _one_response(content, view, index, kept.get(refs[0]))
     if content.get("role") == "model":
         ((ref, after),) = kept.items()
         new_parts = _model_parts(parts, originals[ref], after)
@@ -235,6 +275,23 @@ def _native(
     if user_ref is not None and user_ref in kept and kept[user_ref] is not originals[user_ref]:
         new = _user_parts(new, kept[user_ref])
     return {**content, "parts": new} if new else None
+
+
+def _one_response(
+    content: dict[str, Any], view: View, index: int, after: Message | None
+) -> dict[str, Any] | None:
+    """A content of one ``functionResponse`` as the chain left its tool message; an elided one written
+    back as the last turn wrote it, when it was (the memo keeps the write-back with the view)."""
+    if after is None:
+        return None
+    text = after.get("content")
+    done = view.rewritten.get(index)
+    if done is None or done[0] != text:
+        before = view.messages[view.spans[index]]
+        part = _response_part(content["parts"][0], before, after)
+        done = view.rewritten[index] = (str(text), {**content, "parts": [part]})
+    written: dict[str, Any] = done[1]
+    return written
 
 
 def _response_part(part: dict[str, Any], before: Message, after: Message) -> dict[str, Any]:

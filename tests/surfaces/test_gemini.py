@@ -6,13 +6,22 @@ import asyncio
 import copy
 from typing import Any
 
+import pytest
+from hypothesis import given
+
 from history_proxy.config.models import Config
 from history_proxy.core.identity import Identity
+from history_proxy.core.tokens import TokenCounter, approximate_length
+from history_proxy.errors import InvalidRequestError
 from history_proxy.pipeline.run import Pipeline
 from history_proxy.surfaces import gemini
+from history_proxy.surfaces.memo import ViewMemo
 from history_proxy.surfaces.shape import shape
 from history_proxy.surfaces.table import GEMINI
-from tests.strategies import SHARED_TOKENS
+from tests.strategies import SHARED_TOKENS, conversations
+from tests.support.filter_cases import CASES
+from tests.support.surface_chains import IDENTITY, SETTINGS, pipeline_for
+from tests.surface_bodies import gemini_body, miscounted
 
 LONG = "\n".join(f"/repo/src/file_{n}.py" for n in range(30))
 
@@ -133,3 +142,63 @@ def test_a_window_that_opens_on_a_model_turn_gets_a_user_turn_first_and_the_inst
 def test_count_tokens_over_a_whole_request_is_forwarded_as_it_came() -> None:
     request = {"generateContentRequest": {"model": "models/gemini-2.5-pro", "contents": []}}
     assert run([{"type": "last_n_observations", "n": 1}], request) is request
+
+
+def test_the_view_is_counted_as_the_pipeline_counts_it() -> None:
+    for counter in (SHARED_TOKENS.get(model="gpt-4o"), TokenCounter(approximate_length)):
+        assert miscounted(gemini.to_view(body(), counter), counter) == []
+
+
+def pairs_whole(request: dict[str, Any]) -> bool:
+    """Every ``functionCall`` answered by the next content's ``functionResponse`` parts (in any order), and
+    no response without its call in the content before."""
+    contents = request["contents"]
+    for i, content in enumerate(contents):
+        answered = sorted(p["functionResponse"]["id"] for p in content["parts"] if "functionResponse" in p)
+        before = contents[i - 1]["parts"] if i else []
+        if answered and answered != sorted(p["functionCall"]["id"] for p in before if "functionCall" in p):
+            return False
+        calls = sorted(p["functionCall"]["id"] for p in content["parts"] if "functionCall" in p)
+        following = contents[i + 1]["parts"] if i + 1 < len(contents) else None
+        if (
+            calls
+            and following is not None
+            and sorted(p["functionResponse"]["id"] for p in following if "functionResponse" in p) != calls
+        ):
+            return False
+    return True
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.name) for c in CASES])
+@SETTINGS
+@given(chat=conversations())
+def test_every_filter_keeps_every_call_with_its_response_and_the_instruction(case: Any, chat: Any) -> None:
+    request = gemini_body(chat)
+    snapshot = copy.deepcopy(request)
+    try:
+        sent = asyncio.run(
+            shape(GEMINI, pipeline_for([case.filter]), request, IDENTITY, "u", model="gpt-4o")
+        ).body
+    except InvalidRequestError:
+        return
+    assert request == snapshot
+    assert pairs_whole(sent), case.name
+    kept = snapshot.get("systemInstruction", {}).get("parts", [])
+    assert sent.get("systemInstruction", {}).get("parts", [])[: len(kept)] == kept, "the instruction stays"
+    assert all(content["parts"] for content in sent["contents"]), "no content is left empty"
+
+
+def test_the_next_turn_converts_only_its_new_contents_and_sends_what_a_cold_request_sends() -> None:
+    memo = ViewMemo(1000)
+    chain = [{"type": "last_n_observations", "n": 1}]
+    earlier = body()
+    earlier["contents"] = earlier["contents"][:7]
+    p = pipeline(chain)
+
+    def sent(request: dict[str, Any], with_memo: ViewMemo | None) -> dict[str, Any]:
+        return asyncio.run(shape(GEMINI, p, request, Identity(role="r"), "g", with_memo, model="gpt-4o")).body
+
+    sent(earlier, memo)
+    hits = memo.hits
+    assert sent(body(), memo) == sent(body(), None)
+    assert memo.hits - hits == 7, "the seven contents of the previous turn kept their view"
