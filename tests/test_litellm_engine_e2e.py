@@ -35,6 +35,8 @@ from tests.support.processes import NETWORK_ERRORS
 from tests.support.recorder import Recorder
 from tests.support.serve_process import free_port, serving
 
+pytestmark = pytest.mark.gateways
+
 REPO = Path(__file__).resolve().parents[1]
 REQUIREMENTS = REPO / "tests" / "support" / "litellm-requirements.txt"
 VENV = Path(os.environ.get("HISTORY_PROXY_LITELLM_VENV", REPO / ".venv-litellm"))
