@@ -217,9 +217,14 @@ def rebuild(body: dict[str, Any], view: View, sent: Sequence[Message]) -> dict[s
         index = units[ref].index
         if index < 0:
             continue  # the system instruction goes back as it came
-        if message is originals[ref] and spans[index + 1] - spans[index] == 1:
-            out.append(contents[index])  # the usual content: one view message, unchanged
-            continue
+        if spans[index + 1] - spans[index] == 1:  # the usual content: one view message
+            if message is originals[ref]:
+                out.append(contents[index])
+                continue
+            content = contents[index]
+            if units[ref].kind == "result" and len(content["parts"]) == 1:
+                out.append(_one_response(content, view, index, message))  # an elided observation
+                continue
         held = pieces.get(index)
         if held is None:
             held = pieces[index] = {}
