@@ -49,13 +49,14 @@ from history_proxy.server.body import (
 from history_proxy.server.caller import authorize_metrics
 from history_proxy.server.doors import PREVIEW_ROUTE
 from history_proxy.server.edge import Call, Edge, Outgoing, Whole, error_answer, route_path, scope_headers
-from history_proxy.server.engine import compress, retrieve
+from history_proxy.server.engine import compress
 from history_proxy.server.forwarding import Forwarder
 from history_proxy.server.gc_tuning import settle_gc
 from history_proxy.server.guard import CLIENT_CLOSED, RequestGuard
 from history_proxy.server.handler import handle, preview
 from history_proxy.server.protocol import HEAD_LIMITS
 from history_proxy.server.reload import Reloader, ServingState, StateSwitch, authorize_admin, reload_on_sighup
+from history_proxy.server.retrieve import retrieve
 from history_proxy.summaries.cache import CachingSummarizer
 from history_proxy.summaries.recall import MemoryRecall
 from history_proxy.summaries.store import memory_of, summary_backend

@@ -1,4 +1,4 @@
-"""``POST /v1/compress`` (the gateways' engine contract) and ``GET /v1/retrieve/{hash}``.
+"""``POST /v1/compress``: the gateways' engine contract (Headroom's), answered by the caller's chain.
 
 :func:`compress` serves the engine row of the surface table: the caller (proxy key, tenant) and
 its role are read as on every route, the role's chain runs over the messages sent
@@ -16,8 +16,8 @@ then sends the request uncompressed (LiteLLM with ``unreachable_fallback: fail_o
 and agentgateway always) or refuses it (LiteLLM's default ``fail_closed``).
 
 Messages left out are kept retrievable (:class:`history_proxy.core.recall.Recall`, per tenant,
-bounded by ``limits.recall_bytes``) under the hash their placeholder names; :func:`retrieve`
-answers ``{"hash", "original_content"}`` or 404 when unknown, expired or another tenant's.
+bounded by ``limits.recall_bytes``) under the hash their placeholder names;
+:func:`history_proxy.server.retrieve.retrieve` answers ``GET /v1/retrieve/{hash}``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from history_proxy.core.evidence import DISTINCTIVE, message_text
 from history_proxy.core.identity import ROLE_DEFAULTED, Identity, match_role
 from history_proxy.core.messages import Message
 from history_proxy.core.recall import Recall
-from history_proxy.errors import InvalidRequestError, NotFoundError
+from history_proxy.errors import InvalidRequestError
 from history_proxy.pipeline.headers import history_headers
 from history_proxy.server.body import encode_json
 from history_proxy.server.caller import role_of_key
@@ -148,20 +148,3 @@ def evidence_kept(sent: list[Message], answered: list[Message]) -> float | None:
         return None
     text = "\n".join(message_text(message) for message in answered)
     return round(sum(1 for token in needed if token in text) / len(needed), 4)
-
-
-async def retrieve(fwd: Forwarder, call: Call, handle: str, recall: Recall | None) -> Outgoing:
-    """``GET /v1/retrieve/{hash}``: the original the caller's tenant left out under ``handle``."""
-    exchange = fwd.begin(call)
-    identity = fwd.identify(call, exchange)
-    original = recall.get(identity.tenant, handle) if recall is not None else None
-    if original is None:
-        raise NotFoundError(
-            f"no message left out under hash {handle[:64]!r} for this caller: unknown, expired "
-            "(limits.recall_ttl_s) or evicted (limits.recall_bytes)",
-            code="hash_not_found",
-        )
-    out = Whole(200, encode_json({"hash": handle, "original_content": original}))
-    out.headers += [(b"content-type", b"application/json"), (b"x-request-id", exchange.request_id.encode())]
-    fwd.finish(exchange, 200)
-    return out

@@ -160,6 +160,28 @@ async def test_the_gateway_key_selects_tenant_and_role_and_other_tenants_cannot_
     assert nobody.status_code == 401
 
 
+async def test_a_key_scoped_to_other_upstreams_is_refused_as_on_every_route() -> None:
+    config = engine_config(
+        upstreams={
+            "main": {"base_url": "https://upstream.test/v1", "retries": 0},
+            "other": {"base_url": "https://other.test/v1", "retries": 0},
+        },
+        auth={"keys": [{"key": OTHER_KEY, "tenant": "team-b", "upstreams": ["other"], "role": "worker"}]},
+    )
+    async with serve(config) as client:
+        answer = await client.post(
+            "/v1/compress",
+            json={"messages": tool_loop(), "model": "gpt-4o"},
+            headers={"Authorization": f"Bearer {OTHER_KEY}"},
+        )
+        unknown = await client.post(
+            "/v1/compress", json={"messages": tool_loop()}, headers={"Authorization": "Bearer nope"}
+        )
+    assert answer.status_code == 403
+    assert "auth.keys[].upstreams" in answer.json()["error"]["message"]
+    assert unknown.status_code == 401
+
+
 async def test_a_dead_chain_answers_an_error_at_once_so_the_gateway_sends_uncompressed() -> None:
     async with serve(engine_config()) as client:
         await client.post("/v1/compress", json={"messages": tool_loop()})  # warm
