@@ -35,7 +35,7 @@ from tests.support.processes import NETWORK_ERRORS
 from tests.support.recorder import Recorder
 from tests.support.serve_process import free_port, serving
 
-pytestmark = pytest.mark.gateways
+pytestmark = [pytest.mark.gateways, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[1]
 REQUIREMENTS = REPO / "tests" / "support" / "litellm-requirements.txt"
