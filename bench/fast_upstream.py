@@ -161,8 +161,16 @@ class UpstreamProtocol(asyncio.Protocol):
         method = self._parser.get_method()
         path = self._url.split(b"?", 1)[0]
         # the proxy relays answers raw, so one answer serves every surface it forwards
-        if method == b"POST" and path.endswith((b"/chat/completions", b"/responses", b"/messages")):
-            if STREAM_FLAG.search(self._body):
+        if method == b"POST" and path.endswith(
+            (
+                b"/chat/completions",
+                b"/responses",
+                b"/messages",
+                b":generateContent",
+                b":streamGenerateContent",
+            )
+        ):
+            if STREAM_FLAG.search(self._body) or path.endswith(b":streamGenerateContent"):
                 chunks = self._chunks if self._chunks is not None else self._shape.chunks
                 delay = self._delay_ms if self._delay_ms is not None else self._shape.delay_ms
                 self._answer_stream(chunks, delay)

@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,11 @@ SLOW_MODEL = "bench-slow"
 CLAUDE = "-claude"
 """Model suffix of the Messages surface's requests (routed to the ``api: anthropic`` upstreams)."""
 SURFACE_PATHS = ("/v1/responses", "/v1/messages")
+GEMINI = "-gemini"
+"""Model suffix of the Gemini surface's requests (routed to the ``api: google`` upstreams)."""
+GEMINI_PATH = "/v1beta/models/{model}:generateContent"
+"""The Gemini surface's target (``--surfaces``; not in ``bench.compare``: trees before it have no such route);
+its requests name the chain's model in the path and stream on ``:streamGenerateContent?alt=sse``."""
 MAX_SEGMENT_SECONDS = 60.0
 RSS_SAMPLE_S = 0.1
 
@@ -101,12 +106,16 @@ def proxy_config(upstream_port: int, slow_port: int) -> dict[str, Any]:
             "cached": {"base_url": base, "cache_control": True},
             "slow": {"base_url": f"http://{procs.LOOPBACK}:{slow_port}/v1"},
             "plain-anthropic": {"base_url": base, "api": "anthropic"},  # the Messages surface
+            "plain-google": {"base_url": base, "api": "google"},  # the Gemini surface
+            "cached-google": {"base_url": base, "api": "google", "cache_control": True},
             "cached-anthropic": {"base_url": base, "api": "anthropic", "cache_control": True},
         },
         "routes": [
             {"model": "bench-cached", "upstream": "cached"},
             {"model": f"bench-plain{CLAUDE}", "upstream": "plain-anthropic"},
             {"model": f"bench-cached{CLAUDE}", "upstream": "cached-anthropic"},
+            {"model": f"bench-plain{GEMINI}", "upstream": "plain-google"},
+            {"model": f"bench-cached{GEMINI}", "upstream": "cached-google"},
             {"model": SLOW_MODEL, "upstream": "slow"},
         ],
         "identity": {"default_role": "passthrough"},
@@ -140,8 +149,10 @@ class Runner:
                     f"history-proxy/{chain}", procs.LOOPBACK, self.proxy_port, headers=spec["headers"]
                 )
                 self.targets.append((target, chain, proxy))
-                for path in SURFACE_PATHS if self.args.surfaces else ():
-                    name = f"history-proxy/{chain}{path.removeprefix('/v1')}"
+                for path in (*SURFACE_PATHS, GEMINI_PATH) if self.args.surfaces else ():
+                    name = f"history-proxy/{chain}" + (
+                        "/gemini" if path == GEMINI_PATH else path.removeprefix("/v1")
+                    )
                     surface = Target(
                         name, procs.LOOPBACK, self.proxy_port, path=path, headers=spec["headers"]
                     )
@@ -263,6 +274,12 @@ class Runner:
         body = synthetic_body(messages, stream=stream, model=model)
         if target.path in SURFACE_PATHS:
             body = surface_body(target.path, body)
+        elif target.path == GEMINI_PATH:
+            from tests.surface_bodies import gemini_body
+
+            action = "streamGenerateContent?alt=sse" if stream else "generateContent"
+            target = replace(target, path=f"/v1beta/models/{model}{GEMINI}:{action}")
+            body = gemini_body(body["messages"])
         return build_request(target, encode(body))
 
     async def segment(

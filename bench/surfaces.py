@@ -1,8 +1,9 @@
 """Each surface's cost in the proxy, in process: parse, chain over the view, write back, encode.
 
 ``python -m bench.surfaces [--repeats N]`` writes the synthetic agent conversations of ``bench.bodies``
-(20, 100 and 400 messages) as chat-completions, Responses and Messages requests (with a reasoning
-item or a signed thinking block on a third of the assistant steps), and times, interleaved in one
+(20, 100 and 400 messages) as chat-completions, Responses, Messages and Gemini ``generateContent``
+requests (with a reasoning item or a signed thinking block on a third of the assistant steps of the
+Responses and Messages ones), and times, interleaved in one
 run, what the proxy does to each before it forwards it: ``parse_body`` of the request bytes, the
 caller's chain (``shape``: the view, ``Pipeline.run``, the native rebuild) and ``encode_json`` of
 the body sent. Two ways, for the ``passthrough`` and ``worker`` chains:
@@ -36,14 +37,14 @@ from history_proxy.pipeline.run import Pipeline
 from history_proxy.server.body import encode_json, parse_body
 from history_proxy.surfaces.memo import ViewMemo
 from history_proxy.surfaces.shape import SurfaceName, shape
-from tests.surface_bodies import anthropic_chat, messages_body, plain_chat, responses_body
+from tests.surface_bodies import anthropic_chat, gemini_body, messages_body, plain_chat, responses_body
 
 WORKER_CHAIN: list[dict[str, Any]] = [
     {"type": "worker_view"},
     {"type": "last_n_observations", "n": 5, "polling": 5},
     {"type": "token_limiter", "limit": 30000, "step": 4},
 ]
-SURFACES: tuple[SurfaceName, ...] = ("chat", "responses", "messages")
+SURFACES: tuple[SurfaceName, ...] = ("chat", "responses", "messages", "gemini")
 MODES = ("next turn", "cold")
 EXTRAS = [1, 0, 0]
 
@@ -54,6 +55,7 @@ def bodies(chat: list[Message]) -> dict[SurfaceName, bytes]:
         "chat": encode({"model": "gpt-4o", "messages": plain_chat(chat)}),
         "responses": encode(responses_body(plain_chat(chat), EXTRAS)),
         "messages": encode({**messages_body(anthropic_chat(chat), EXTRAS), "model": "gpt-4o"}),
+        "gemini": encode(gemini_body(chat)),  # the model is in the path: shape() is told it
     }
 
 
@@ -77,7 +79,7 @@ def pipeline(chain: list[dict[str, Any]]) -> Pipeline:
 async def once(p: Pipeline, surface: SurfaceName, raw: bytes, who: Identity, memo: ViewMemo | None) -> float:
     started = time.perf_counter()
     body = parse_body(raw)
-    shaped = await shape(surface, p, body, who, "u", memo)
+    shaped = await shape(surface, p, body, who, "u", memo, model="gpt-4o" if surface == "gemini" else None)
     encode_json(shaped.body)
     return (time.perf_counter() - started) * 1000
 

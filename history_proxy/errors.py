@@ -35,6 +35,8 @@ OPENAI = "openai"
 """The OpenAI API surface (``/v1/chat/completions``, ``/v1/responses``, everything forwarded under ``/v1/``)."""
 ANTHROPIC = "anthropic"
 """The Anthropic Messages surface (``/v1/messages``)."""
+GOOGLE = "google"
+"""The Gemini API surface (``/v1beta/models/{model}:generateContent`` and its siblings)."""
 
 
 class ProxyError(Exception):
@@ -194,10 +196,32 @@ def anthropic_error(exc: ProxyError) -> dict[str, Any]:
     return {"type": "error", "error": {"type": error_type, "message": exc.message}}
 
 
+_GOOGLE_STATUSES = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    405: "INVALID_ARGUMENT",
+    408: "DEADLINE_EXCEEDED",
+    413: "INVALID_ARGUMENT",
+    429: "RESOURCE_EXHAUSTED",
+    431: "INVALID_ARGUMENT",
+    502: "UNAVAILABLE",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+
+
+def google_error(exc: ProxyError) -> dict[str, Any]:
+    """``{"error": {"code", "message", "status"}}`` as the Gemini API answers errors."""
+    status = _GOOGLE_STATUSES.get(exc.status_code, "INTERNAL")
+    return {"error": {"code": exc.status_code, "message": exc.message, "status": status}}
+
+
 ErrorShape = Callable[[ProxyError], dict[str, Any]]
 """Renders one error as a surface's JSON error body."""
 
-ERROR_SHAPES: dict[str, ErrorShape] = {OPENAI: openai_error, ANTHROPIC: anthropic_error}
+ERROR_SHAPES: dict[str, ErrorShape] = {OPENAI: openai_error, ANTHROPIC: anthropic_error, GOOGLE: google_error}
 """Error shape per API surface; a surface registers its own renderer here."""
 
 
@@ -228,3 +252,8 @@ def responses_stream_error(error: ProxyError) -> bytes:
 def messages_stream_error(error: ProxyError) -> bytes:
     """Messages: Anthropic's ``event: error`` with ``{"type": "error", "error": {"type", "message"}}``."""
     return b"event: error\ndata: " + _compact(error.body(ANTHROPIC)) + b"\n\n"
+
+
+def gemini_stream_error(error: ProxyError) -> bytes:
+    """Gemini (``?alt=sse``): a last ``data:`` event holding the error in Google's shape."""
+    return b"data: " + _compact(error.body(GOOGLE)) + b"\n\n"

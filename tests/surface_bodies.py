@@ -198,6 +198,49 @@ def messages_body(messages: list[Message], extras: list[int] | None = None) -> d
     return body
 
 
+def gemini_body(messages: list[Message]) -> dict[str, Any]:
+    """:func:`anthropic_chat`'s conversation as a Gemini ``generateContent`` request: the system message as
+    ``systemInstruction``, assistant messages as ``model`` contents (text, then ``functionCall`` parts),
+    each run of tool results as one ``user`` content of ``functionResponse`` parts (``{"output": text}``)."""
+    chat = anthropic_chat(messages)
+    body: dict[str, Any] = {"contents": []}
+    names: dict[str, str] = {}
+    contents: list[dict[str, Any]] = body["contents"]
+    for message in chat:
+        role, text = message["role"], text_of(message.get("content"))
+        if role == "system":
+            body["systemInstruction"] = {"parts": [{"text": text}]}
+        elif role == "assistant":
+            parts: list[dict[str, Any]] = [{"text": text}] if text else []
+            for call in message.get("tool_calls") or []:
+                names[call["id"]] = call["function"]["name"]
+                args = json.loads(call["function"]["arguments"] or "{}")
+                parts.append(
+                    {"functionCall": {"name": call["function"]["name"], "args": args, "id": call["id"]}}
+                )
+            contents.append({"role": "model", "parts": parts or [{"text": "..."}]})
+        elif role == "tool":
+            call_id = message["tool_call_id"]
+            answer = {
+                "functionResponse": {
+                    "name": names.get(call_id, "tool"),
+                    "id": call_id,
+                    "response": {"output": text},
+                }
+            }
+            if (
+                contents
+                and contents[-1]["role"] == "user"
+                and "functionResponse" in contents[-1]["parts"][-1]
+            ):
+                contents[-1]["parts"].append(answer)
+            else:
+                contents.append({"role": "user", "parts": [answer]})
+        else:
+            contents.append({"role": "user", "parts": [{"text": text or "..."}]})
+    return body
+
+
 def responses_errors(body: dict[str, Any]) -> list[str]:
     """What the Responses API would reject in a stateless request's ``input``."""
     items = body["input"]

@@ -374,6 +374,8 @@ CROSS_CUTTING = {
     "filter_registry": "one list of filter types across config, modules, examples, docs and tests",
     "fleet": "replicas behind nginx sharing a real Redis",
     "frameworks_e2e": "real multi-agent frameworks end to end",
+    "gemini_cli_e2e": "a real client end to end",
+    "litellm_engine_e2e": "a real gateway calling the engine end to end",
     "hardening_e2e": "hostile loads end to end",
     "hardening3_e2e": "round three's findings end to end: limits, memory, telemetry",
     "install": "a wheel installed outside the clone",

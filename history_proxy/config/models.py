@@ -76,9 +76,10 @@ class UpstreamConfig(OpenAIStandards):
     always retried and fallbacks always tried."""
     forward_identity: bool = False
     """Send the identity headers (``identity.*_header``) on to this upstream; by default they stay here."""
-    api: Literal["openai", "anthropic"] = "openai"
-    """The API it speaks: ``openai`` (chat completions, Responses) or ``anthropic`` (Messages, and
-    OpenAI-compatible chat completions; the key is sent as ``x-api-key``)."""
+    api: Literal["openai", "anthropic", "google"] = "openai"
+    """The API it speaks: ``openai`` (chat completions, Responses), ``anthropic`` (Messages, and
+    OpenAI-compatible chat completions; the key is sent as ``x-api-key``) or ``google`` (Gemini's
+    ``generateContent``; the key is sent as ``x-goog-api-key``)."""
     context_management: ContextManagementMode | None = None
     """What a Messages request's ``context_management`` gets (``native``, ``emulate`` or ``strip``;
     :mod:`history_proxy.config.standards`); unset: ``native`` for ``api.anthropic.com``, else ``emulate``."""
@@ -162,6 +163,8 @@ class ProxyKey(StrictModel):
     tenant: str
     upstreams: list[str] | None = None
     """The upstreams (by name, fallbacks included) requests with this key may reach; none: all."""
+    role: str | None = None
+    """The role served to this key's ``POST /v1/compress`` calls that name none (a gateway's key)."""
 
     @field_validator("key")
     @classmethod
@@ -235,6 +238,11 @@ class LimitsConfig(StrictModel):
     redis_url: SecretStr | None = None
     """Redis shared by every replica and worker for the per-tenant and per-role limits (none: each
     process counts alone, so N processes admit N times the limits)."""
+    recall_bytes: int = Field(default=16 * 1024 * 1024, ge=0)
+    """The most the store of messages ``POST /v1/compress`` left out may hold, in bytes of their text
+    (``GET /v1/retrieve/{hash}`` reads them back; 0: nothing is kept, placeholders carry no hash)."""
+    recall_ttl_s: float = Field(default=3600, gt=0)
+    """A message left out stays retrievable this long after it was last left out."""
     lease_s: float = Field(default=10, ge=1, le=600)
     """A shared concurrency slot lives this long unless its process renews it (every third of it), so a
     killed replica's slots come back after at most this."""

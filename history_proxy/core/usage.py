@@ -4,7 +4,9 @@ OpenAI: ``usage.prompt_tokens`` (all input) and ``usage.prompt_tokens_details.ca
 stream, the last chunk carries ``usage`` when the request asked for it (``stream_options:
 {include_usage: true}``). Anthropic: ``usage.input_tokens`` (the uncached input only),
 ``cache_read_input_tokens`` and ``cache_creation_input_tokens``; in a stream, ``message_start``
-carries them under ``message.usage`` and ``message_delta`` may repeat them under ``usage``.
+carries them under ``message.usage`` and ``message_delta`` may repeat them under ``usage``. Gemini:
+``usageMetadata.promptTokenCount`` (all input) and ``cachedContentTokenCount`` (the implicit or
+explicit cache's share), on the answer and on a stream's last chunk.
 
 The stream tap reads the relayed pieces after they have been passed on: it never holds a byte back.
 It keeps only the unfinished line between pieces and parses only lines that mention ``usage``.
@@ -53,6 +55,8 @@ def usage_of(usage: Any) -> CacheUsage | None:
         details = usage.get("prompt_tokens_details")
         cached = _count(details.get("cached_tokens")) if isinstance(details, dict) else 0
         return CacheUsage(_count(usage["prompt_tokens"]), cached)
+    if "promptTokenCount" in usage:  # Gemini's usageMetadata: cached tokens are part of the prompt's
+        return CacheUsage(_count(usage["promptTokenCount"]), _count(usage.get("cachedContentTokenCount")))
     if "input_tokens" in usage:  # Anthropic Messages (and OpenAI Responses: input_tokens_details)
         read = _count(usage.get("cache_read_input_tokens"))
         written = _count(usage.get("cache_creation_input_tokens"))
@@ -72,6 +76,8 @@ def usage_of_answer(answer: Any) -> CacheUsage | None:
     if not isinstance(answer, dict):
         return None
     found = usage_of(answer.get("usage"))
+    if found is None and "usageMetadata" in answer:  # Gemini, answer or stream chunk
+        found = usage_of(answer["usageMetadata"])
     for wrapper in ("message", "response"):
         inner = answer.get(wrapper)
         if found is None and isinstance(inner, dict):
@@ -81,7 +87,7 @@ def usage_of_answer(answer: Any) -> CacheUsage | None:
 
 def usage_of_json(body: bytes) -> CacheUsage | None:
     """The usage of a whole JSON answer body (``None`` when it is not JSON or reports none)."""
-    if b'"usage"' not in body:
+    if b'"usage"' not in body and b'"usageMetadata"' not in body:
         return None
     try:
         return usage_of_answer(json.loads(body))
@@ -120,6 +126,7 @@ class UsageTap:
         for line in lines:
             if line.startswith(b"data:") and (
                 (b'"usage"' in line and not _NULL_USAGE.search(line))
+                or b'"usageMetadata"' in line
                 or _FINISHED[0] in line
                 or _FINISHED[1] in line
             ):
@@ -128,7 +135,7 @@ class UsageTap:
     def close(self) -> CacheUsage | None:
         """The usage found, once the body ended (a JSON answer is read from its kept end here)."""
         if not self._sse:
-            at = self._partial.rfind(b'"usage"')
+            at = max(self._partial.rfind(b'"usage"'), self._partial.rfind(b'"usageMetadata"'))
             start = self._partial.find(b"{", at) if at >= 0 else -1
             if start >= 0:
                 try:

@@ -272,6 +272,7 @@ def create_mock_app(
     overrides it per request); ``input_token_factor`` and ``messages_profile``: see
     :mod:`history_proxy.mock.profiles`.
     """
+    from history_proxy.mock.gemini import MockGemini
     from history_proxy.mock.surfaces import MockSurfaces
 
     cache = PromptCache()  # one for every surface, as a provider's cache is per account
@@ -286,7 +287,12 @@ def create_mock_app(
     mock = MockUpstream(**options)
     surfaces = MockSurfaces(**options)
     surfaces.compaction = compaction
+    google = MockGemini(
+        chunks=chunks, chunk_delay_s=chunk_delay_s, first_byte_delay_s=first_byte_delay_s, cache=cache
+    )
     routes = [Route("/healthz", mock.healthz, methods=["GET"])]
+    for prefix in ("/v1", "", "/v1beta"):
+        routes.append(Route(f"{prefix}/models/{{target}}", google.models, methods=["POST"]))
     for prefix in ("/v1", ""):
         routes += [
             Route(f"{prefix}/chat/completions", mock.chat_completions, methods=["POST"]),

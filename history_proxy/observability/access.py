@@ -161,10 +161,10 @@ class Exchange:
         self.model = model
         self.upstream = upstream
 
-    def read(self, body: dict[str, Any], *, keep: bool) -> None:
-        """The body is parsed: whether the client asked for a stream; the body itself kept when ``keep``
-        (``log_bodies: true``)."""
-        self.stream = body.get("stream") is True
+    def read(self, body: dict[str, Any], *, keep: bool, stream: bool = False) -> None:
+        """The body is parsed: whether the client asked for a stream (``stream``: its route says so,
+        Gemini's ``streamGenerateContent``); the body itself kept when ``keep`` (``log_bodies: true``)."""
+        self.stream = stream or body.get("stream") is True
         if keep:
             self.body = body
 

@@ -51,6 +51,7 @@ from history_proxy.server.body import (
 from history_proxy.server.caller import authorize_metrics
 from history_proxy.server.doors import PREVIEW_ROUTE
 from history_proxy.server.edge import Call, Edge, Outgoing, Whole, error_answer, route_path, scope_headers
+from history_proxy.server.engine import compress
 from history_proxy.server.forwarding import Forwarder
 from history_proxy.server.gc_tuning import settle_gc
 from history_proxy.server.guard import CLIENT_CLOSED, RequestGuard
@@ -58,8 +59,10 @@ from history_proxy.server.handler import handle, preview
 from history_proxy.server.inflight import InflightBytes
 from history_proxy.server.protocol import HEAD_LIMITS
 from history_proxy.server.reload import Reloader, ServingState, StateSwitch, authorize_admin, reload_on_sighup
+from history_proxy.server.retrieve import retrieve
 from history_proxy.summaries.cache import CachingSummarizer
 from history_proxy.summaries.compactions import CompactionStore
+from history_proxy.summaries.recall import MemoryRecall
 from history_proxy.summaries.store import memory_of, summary_backend
 from history_proxy.surfaces.memo import ViewMemo
 from history_proxy.surfaces.table import Surface, error_shape_of
@@ -92,6 +95,9 @@ class _Proxy(Forwarder):
             recall_store=lambda: self.recall,
         )
         self.reloader = Reloader(config_path, self.states, self._next_state)
+        kept = config.limits
+        self.compressed = MemoryRecall(kept.recall_bytes, kept.recall_ttl_s) if kept.recall_bytes else None
+        """Messages ``POST /v1/compress`` left out, per tenant (read at start, kept across reloads)."""
 
     def _serving(self, config: Config, upstreams: Upstreams, generation: int = 0) -> ServingState:
         """What one config builds; token counters, HTTP client, mock and summary cache are shared."""
@@ -131,8 +137,14 @@ class _Proxy(Forwarder):
     # --- routes ------------------------------------------------------------------------------
 
     async def handle(self, call: Call, surface: Surface) -> Outgoing:
-        """A shaped route (chat completions, Responses, Messages, count_tokens): the edge calls it."""
+        """A shaped route (chat completions, Responses, Messages, count_tokens, the engine): the edge calls it."""
+        if surface.answers:
+            return await compress(self, call, surface, self.compressed)
         return await handle(self, call, surface)
+
+    async def retrieve(self, request: Request) -> Outgoing:
+        """``GET /v1/retrieve/{hash}``: a message ``POST /v1/compress`` left out, for the same tenant."""
+        return await retrieve(self, Call.of(request), request.path_params["handle"], self.compressed)
 
     async def preview(self, request: Request) -> Outgoing:
         """``POST /v1/history/preview``: shaped as if forwarded, answered with the body and report."""
@@ -235,6 +247,7 @@ def create_app(config: Config, *, config_path: str | None = None, settle_gc: boo
     proxy = _Proxy(config, config_path, settle_gc=settle_gc)
     routes = [  # POST /v1/chat/completions never reaches the router: the edge serves it
         Route(PREVIEW_ROUTE, proxy.preview, methods=["POST"]),
+        Route("/v1/retrieve/{handle}", proxy.retrieve, methods=["GET"]),
         Route(
             "/v1/{path:path}",
             proxy.forward,

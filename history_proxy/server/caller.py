@@ -11,8 +11,9 @@ from history_proxy.errors import AuthError, ForbiddenError
 
 
 def proxy_token(headers: Mapping[str, str]) -> str | None:
-    """The proxy key a request carries: ``Authorization: Bearer`` or Anthropic's ``x-api-key``."""
-    return bearer_token(headers) or headers.get("x-api-key") or None
+    """The proxy key a request carries: ``Authorization: Bearer``, Anthropic's ``x-api-key`` or Google's
+    ``x-goog-api-key``."""
+    return bearer_token(headers) or headers.get("x-api-key") or headers.get("x-goog-api-key") or None
 
 
 def _key_entry(config: Config, token: str | None) -> ProxyKey | None:
@@ -21,7 +22,8 @@ def _key_entry(config: Config, token: str | None) -> ProxyKey | None:
         return None
     if token is None:
         raise AuthError(
-            "missing proxy key: send 'Authorization: Bearer <proxy key>' or 'x-api-key: <proxy key>'"
+            "missing proxy key: send 'Authorization: Bearer <proxy key>', 'x-api-key: <proxy key>' or "
+            "'x-goog-api-key: <proxy key>'"
         )
     found = None
     given = token.encode()
@@ -37,6 +39,12 @@ def tenant_for_key(config: Config, token: str | None) -> str | None:
     """The tenant of a proxy key, comparing every configured key in constant time."""
     entry = _key_entry(config, token)
     return entry.tenant if entry else None
+
+
+def role_of_key(config: Config, headers: Mapping[str, str]) -> str | None:
+    """The role ``auth.keys[].role`` gives the request's proxy key (None: no key, or no role)."""
+    entry = _key_entry(config, proxy_token(headers))
+    return entry.role if entry is not None else None
 
 
 def reachable_upstreams(config: Config, headers: Mapping[str, str], names: list[str]) -> list[str]:

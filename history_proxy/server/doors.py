@@ -21,7 +21,7 @@ from starlette.types import Scope
 from history_proxy.surfaces.table import TABLE
 
 PREVIEW_ROUTE = "/v1/history/preview"
-SHAPED_ROUTES = frozenset({surface.route for surface in TABLE} | {PREVIEW_ROUTE})
+SHAPED_ROUTES = frozenset({surface.route for surface in TABLE if "{" not in surface.route} | {PREVIEW_ROUTE})
 """Every surface's route (a new row of the surface table has its door here at once) and the preview."""
 _SLASHES = re.compile(r"/{2,}")
 LIMITED_PREFIX = "/v1/"

@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from history_proxy.errors import OPENAI, InvalidRequestError, MethodNotAllowedError, ProxyError, render_error
 from history_proxy.observability.access import Exchange
 from history_proxy.server.doors import PREVIEW_ROUTE, canonical, normalise
-from history_proxy.surfaces.table import BY_ROUTE, Surface
+from history_proxy.surfaces.table import BY_ROUTE, Surface, surface_at
 from history_proxy.upstream.reply import UpstreamReply
 
 if TYPE_CHECKING:
@@ -253,7 +253,7 @@ class Edge:
     async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Chat and the surfaces past the router, under any spelling of their paths (:mod:`doors`)."""
         try:
-            surface = BY_ROUTE.get(route_path(scope)) if scope["method"] == "POST" else None
+            surface = surface_at(route_path(scope)) if scope["method"] == "POST" else None
             if surface is None:
                 check_path(scope)
                 route = route_path(scope)

@@ -60,9 +60,17 @@ class Forwarder:
         return names
 
     async def open(
-        self, call: Call, exchange: Exchange, path: str, names: list[str], body: Body, sent: Headers = None
+        self,
+        call: Call,
+        exchange: Exchange,
+        path: str,
+        names: list[str],
+        body: Body,
+        sent: Headers = None,
+        query: str | None = None,
     ) -> UpstreamReply:
-        """Send the request upstream: ``sent`` headers (default: the client's) and this hop's forwarding."""
+        """Send the request upstream: ``sent`` headers (default: the client's) and this hop's forwarding;
+        ``query`` (default: the client's) after the path."""
         exchange.attempt_sent()
         client = call.scope.get("client")
         headers = forwarded_headers(
@@ -72,7 +80,13 @@ class Forwarder:
             call.state.config.trusted_proxies,
         )
         return await call.state.upstreams.open(
-            call.method, path, query=call.query, headers=headers, names=names, body=body, trace=exchange.trace
+            call.method,
+            path,
+            query=call.query if query is None else query,
+            headers=headers,
+            names=names,
+            body=body,
+            trace=exchange.trace,
         )
 
     async def respond(self, reply: UpstreamReply, exchange: Exchange, extra: dict[str, str]) -> Outgoing:

@@ -76,7 +76,7 @@ def _tenant_of(config: Config, scope: Scope) -> str | None:
     keys = {
         name.decode("latin-1"): value.decode("latin-1")
         for name, value in scope.get("headers", ())
-        if name in (b"authorization", b"x-api-key")
+        if name in (b"authorization", b"x-api-key", b"x-goog-api-key")
     }
     try:
         return tenant_for_key(config, proxy_token(keys))

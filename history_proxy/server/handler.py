@@ -36,14 +36,15 @@ from history_proxy.server.context_standards import (
     same_mode_fallbacks,
     standards,
 )
-from history_proxy.server.edge import Call, Outgoing, Whole
+from history_proxy.server.edge import Call, Outgoing, Whole, route_path
 from history_proxy.server.forwarding import Forwarder
 from history_proxy.server.overflow import RETRY_HEADER, retry_if_overflow
 from history_proxy.server.warm import counted_off_loop, read_request
 from history_proxy.surfaces.context_management import FIELD, with_beta
 from history_proxy.surfaces.shape import shape, surface_named
-from history_proxy.surfaces.table import BY_NAME, Surface
+from history_proxy.surfaces.table import BY_NAME, Surface, path_model, upstream_path_of
 from history_proxy.upstream.client import Body
+from history_proxy.upstream.headers import query_without_key
 
 
 def check_speaks(config: Config, surface: Surface, names: list[str]) -> None:
@@ -63,7 +64,8 @@ async def handle(fwd: Forwarder, call: Call, surface: Surface) -> Outgoing:
     """One request on ``surface``'s route: shaped, forwarded, answered."""
     exchange = fwd.begin(call)
     identity = fwd.identify(call, exchange)
-    names, content, result, managed, compacting = await _shaped(fwd, call, exchange, identity, surface)
+    model = path_model(surface, route_path(call.scope))
+    names, content, result, managed, compacting = await _shaped(fwd, call, exchange, identity, surface, model)
     own = pause_answer(managed) if managed is not None else None
     if own is not None:  # compacted with pause_after_compaction: the proxy's own answer, nothing sent
         return _answered(fwd, exchange, history_headers(result, identity.role), *own)
@@ -73,14 +75,20 @@ async def handle(fwd: Forwarder, call: Call, surface: Surface) -> Outgoing:
     missing = [(name, value) for name, value in surface.default_headers if name not in call.headers]
     if missing:
         sent = [*sent, *missing]
-    path = surface.upstream_path
+    path = upstream_path_of(surface, model)
+    config = call.state.config
+    query = (
+        query_without_key(call.query, config.upstreams[names[0]], bool(config.auth.keys))
+        if surface.key_in_query
+        else None
+    )
     rewrite = None
     if managed is not None:
         sent = with_beta(sent, managed.managed.beta)
         rewrite = await answer_rewrite(
-            managed, surface, lambda body: fwd.open(call, exchange, path, names, body, sent)
+            managed, surface, lambda body: fwd.open(call, exchange, path, names, body, sent, query)
         )
-    reply = await fwd.open(call, exchange, path, names, content, sent)
+    reply = await fwd.open(call, exchange, path, names, content, sent, query)
     reply.rewrite = rewrite
     answer = history_headers(result, identity.role)
     if surface.refits:
@@ -110,7 +118,7 @@ def _local(fwd: Forwarder, exchange: Exchange, answer: Whole, headers: dict[str,
 
 
 async def _shaped(
-    fwd: Forwarder, call: Call, exchange: Exchange, identity: Identity, surface: Surface
+    fwd: Forwarder, call: Call, exchange: Exchange, identity: Identity, surface: Surface, model: str = ""
 ) -> tuple[list[str], Body, PipelineResult, Standards | None, Compacting | None]:
     """The upstreams to try, the shaped body (encoded) and what the chain did.
 
@@ -120,7 +128,9 @@ async def _shaped(
     """
     config, pipeline = call.state.config, call.state.pipeline
     body = await read_request(call, surface.history)
-    names = same_mode_fallbacks(config, surface, body, fwd.route(call, body, exchange))
+    names = same_mode_fallbacks(
+        config, surface, body, fwd.route(call, {"model": model} if model else body, exchange)
+    )
     if surface.policy_only is None:  # a batch names no model: routed as any other path, never refused
         check_speaks(config, surface, names)
     compacting = None
@@ -128,10 +138,11 @@ async def _shaped(
         body, names, compacting = await compaction_route.prepare(
             call, fwd.compactions, surface, body, names, identity
         )
-    exchange.read(body, keep=config.log_bodies)
+    exchange.read(body, keep=config.log_bodies, stream=surface.streams)
     memo = None if surface.body_is_view else call.state.views.for_tenant(identity.tenant)
+    named = model or None
     shaped = await counted_off_loop(
-        lambda: shape(surface, pipeline, body, identity, names[0], memo), body, fwd.tokens
+        lambda: shape(surface, pipeline, body, identity, names[0], memo, model=named), body, fwd.tokens
     )
     if compacting is not None:
         await compaction_route.emulate(call, fwd.compactions, surface, shaped, identity, names[0], compacting)
@@ -154,7 +165,7 @@ async def _shaped(
     async def body_for(name: str) -> bytes:
         if config.upstreams[name].cache_control == marks:
             return content
-        other = await shape(surface, pipeline, body, identity, name)  # other marks
+        other = await shape(surface, pipeline, body, identity, name, model=named)  # other marks
         again = await standards(pipeline, surface, name, other.body, other.result, identity)
         return encode_json(other.body if again is None else again.managed.body)
 

@@ -86,17 +86,21 @@ async def shape(
     identity: Identity,
     upstream: str | None,
     memo: ViewMemo | None = None,
+    *,
+    model: str | None = None,
 ) -> Shaped:
     """The native body to send for ``body`` after ``identity``'s chain, and what the chain did.
 
     ``surface``: a row of :mod:`history_proxy.surfaces.table`, or an API's name. ``memo``: the views of
     recent conversations, so a request converts only what its previous one did not have
-    (:mod:`history_proxy.surfaces.memo`).
+    (:mod:`history_proxy.surfaces.memo`). ``model``: the model the route names (Gemini's path), when
+    the body names none.
     """
     surface = surface_of(surface)
     if not isinstance(body, dict):
         raise InvalidRequestError("the request body must be a JSON object")
-    model = body.get("model")
+    if model is None:
+        model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise InvalidRequestError(surface.model_type_error, param="model")
     model = model or ""

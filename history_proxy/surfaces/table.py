@@ -23,21 +23,23 @@ from history_proxy.core.messages import Message
 from history_proxy.core.tokens import TokenCounter
 from history_proxy.errors import (
     ANTHROPIC,
+    GOOGLE,
     OPENAI,
     StreamError,
     chat_stream_error,
+    gemini_stream_error,
     messages_stream_error,
     responses_stream_error,
 )
 from history_proxy.pipeline.run import Pipeline
-from history_proxy.surfaces import messages, policy_only, responses
+from history_proxy.surfaces import engine, gemini, messages, policy_only, responses
 from history_proxy.surfaces._view import HISTORY_AT_PROVIDER, Shaped, View
 from history_proxy.surfaces.history_free import instructions_through_policy
 from history_proxy.surfaces.memo import ViewMemo
 from history_proxy.surfaces.messages_pinned import through_policy
 from history_proxy.surfaces.messages_valid import valid_for_messages
 
-SurfaceName = Literal["chat", "responses", "messages"]
+SurfaceName = Literal["chat", "responses", "messages", "engine", "gemini"]
 """The one vocabulary for an API: metric labels, notes, ``?api=`` on a preview, replays."""
 
 ToView = Callable[[dict[str, Any], TokenCounter | None, ViewMemo | None], View]
@@ -93,6 +95,13 @@ class Surface:
     compacts: bool = False
     """It compacts a history (``/v1/responses/compact``): answered by the proxy itself for an upstream
     whose ``responses_compaction`` is ``emulate``."""
+    answers: bool = False
+    """Answered by the proxy itself, never forwarded (the engine contract, ``/v1/compress``)."""
+    streams: bool = False
+    """The route itself asks for a stream (Gemini's ``streamGenerateContent``), whatever the body says."""
+    key_in_query: bool = False
+    """The API may carry the client's key as ``?key=`` (Gemini): dropped when the upstream has its own
+    key or the client's key is a proxy key (:func:`history_proxy.upstream.headers.query_without_key`)."""
 
     @property
     def body_is_view(self) -> bool:
@@ -180,6 +189,43 @@ MESSAGE_BATCHES = replace(
     refits=False,
     policy_only=policy_only.batches,
 )
+ENGINE = Surface(
+    name="engine",
+    route="/v1/compress",
+    upstream_path="",  # never forwarded: the chain's output is the answer
+    served_by=frozenset({"openai", "anthropic", "google"}),
+    history="messages",
+    to_view=engine.to_view,
+    rebuild=engine.rebuild,
+    refits=False,
+    answers=True,
+)
+
+MODEL = "{model}"
+"""Where a route names the model in its path (Gemini's ``/v1beta/models/{model}:generateContent``)."""
+GEMINI = Surface(
+    name="gemini",
+    route=f"/v1beta/models/{MODEL}:generateContent",
+    upstream_path=f"/models/{MODEL}:generateContent",
+    served_by=frozenset({"google"}),
+    history="contents",
+    to_view=gemini.to_view,
+    rebuild=gemini.rebuild,
+    empty_note="gemini:no_contents",  # countTokens over a generateContentRequest: the upstream counts it
+    error_shape=GOOGLE,
+    stream_error=gemini_stream_error,
+    refits=False,
+    key_in_query=True,
+)
+GEMINI_STREAM = replace(
+    GEMINI,
+    route=f"/v1beta/models/{MODEL}:streamGenerateContent",
+    upstream_path=f"/models/{MODEL}:streamGenerateContent",
+    streams=True,
+)
+GEMINI_COUNT = replace(
+    GEMINI, route=f"/v1beta/models/{MODEL}:countTokens", upstream_path=f"/models/{MODEL}:countTokens"
+)
 
 TABLE: tuple[Surface, ...] = (
     CHAT,
@@ -190,9 +236,45 @@ TABLE: tuple[Surface, ...] = (
     INPUT_TOKENS,
     COMPLETIONS,
     MESSAGE_BATCHES,
+    ENGINE,
+    GEMINI,
+    GEMINI_STREAM,
+    GEMINI_COUNT,
 )
-BY_ROUTE: dict[str, Surface] = {surface.route: surface for surface in TABLE}
-"""The surface served on each route (the edge's dispatch)."""
+BY_ROUTE: dict[str, Surface] = {surface.route: surface for surface in TABLE if MODEL not in surface.route}
+"""The surface served on each fixed route (the edge's dispatch; routes naming a model: :func:`surface_at`)."""
+_BY_ACTION: dict[str, tuple[str, Surface]] = {
+    surface.route.partition(MODEL)[2]: (surface.route.partition(MODEL)[0], surface)
+    for surface in TABLE
+    if MODEL in surface.route
+}
+
+
+def surface_at(path: str) -> Surface | None:
+    """The surface served on ``path`` (below any root path): a fixed route, or one naming a model."""
+    fixed = BY_ROUTE.get(path)
+    if fixed is not None or ":" not in path:
+        return fixed
+    head, colon, action = path.rpartition(":")
+    found = _BY_ACTION.get(colon + action)
+    if found is None or not head.startswith(found[0]) or len(head) == len(found[0]):
+        return None
+    return found[1]
+
+
+def path_model(surface: Surface, path: str) -> str:
+    """The model a route naming one names in ``path`` (``""`` for a fixed route)."""
+    prefix, _, suffix = surface.route.partition(MODEL)
+    if not suffix:
+        return ""
+    return path[len(prefix) : len(path) - len(suffix)]
+
+
+def upstream_path_of(surface: Surface, model: str) -> str:
+    """The path ``surface`` is forwarded to, with the model its route named."""
+    return surface.upstream_path.replace(MODEL, model) if model else surface.upstream_path
+
+
 BY_NAME: dict[str, Surface] = {surface.name: surface for surface in reversed(TABLE)}
 """Each API's main surface by its name (``messages`` is ``/v1/messages``)."""
 NAMES: tuple[SurfaceName, ...] = ("chat", "responses", "messages")
@@ -206,9 +288,11 @@ def surface_of(surface: Surface | str) -> Surface:
 def error_shape_of(path: str) -> str:
     """The error shape of requests on ``path`` (below any root path): its surface's, the surface whose
     route it extends (``/v1/messages/batches`` is Anthropic's), else OpenAI's."""
-    served = BY_ROUTE.get(path)
+    served = surface_at(path)
     if served is not None:
         return served.error_shape
+    if path.startswith("/v1beta/"):
+        return GOOGLE
     for surface in TABLE:
         if path.startswith(surface.route + "/"):
             return surface.error_shape

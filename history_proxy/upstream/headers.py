@@ -16,7 +16,7 @@ HOP_BY_HOP = frozenset(
 )
 # Expect: 100-continue is answered by the proxy's own server, never passed on
 NOT_FORWARDED = frozenset(
-    {"host", "content-length", "accept-encoding", "authorization", "x-api-key", "expect"}
+    {"host", "content-length", "accept-encoding", "authorization", "x-api-key", "x-goog-api-key", "expect"}
 )
 # the proxy's server writes its own Date and Server; two of each would be a malformed answer
 NOT_RETURNED = frozenset({"content-length", "date", "server"})
@@ -49,17 +49,21 @@ def response_headers(headers: Sequence[tuple[str, str]]) -> list[tuple[str, str]
 
 
 FORWARD_DROPPED = HOP_BY_HOP | NOT_FORWARDED
+CLIENT_KEY_HEADERS = ("authorization", "x-api-key", "x-goog-api-key")
+"""The headers a client's key comes in (OpenAI's, Anthropic's, Google's): replaced by the upstream's own."""
 IDENTITY_ENCODING = (b"accept-encoding", b"identity")
 
 
 def upstream_authorization(upstream: UpstreamConfig) -> tuple[bytes, bytes] | None:
     """The header carrying the upstream's own key, as sent (None without a key): ``Authorization:
-    Bearer`` for ``api: openai``, ``x-api-key`` for ``api: anthropic``."""
+    Bearer`` for ``api: openai``, ``x-api-key`` for ``api: anthropic``, ``x-goog-api-key`` for ``api: google``."""
     key = upstream.key
     if key is None:
         return None
     if upstream.api == "anthropic":
         return (b"x-api-key", key.encode("latin-1", "replace"))
+    if upstream.api == "google":
+        return (b"x-goog-api-key", key.encode("latin-1", "replace"))
     return (b"authorization", f"Bearer {key}".encode("latin-1", "replace"))
 
 
@@ -88,7 +92,8 @@ def wire_request_headers(
     readable). ``authorization`` is :func:`upstream_authorization` of the upstream, computed once
     per config: the upstream's own key replaces the client's; without one the client's passes,
     unless it carries a proxy key (``auth.keys`` configured). ``x-api-key`` (Anthropic's key header)
-    is treated as the Authorization is: the upstream's own key replaces both. ``withheld`` names
+    and ``x-goog-api-key`` (Google's) are treated as the Authorization is: the upstream's own key
+    replaces them. ``withheld`` names
     (lower case) stay at the proxy too: the identity headers, unless the upstream asks for them
     (:func:`withheld_headers`).
     """
@@ -100,7 +105,7 @@ def wire_request_headers(
         if lower in FORWARD_DROPPED or lower in withheld or lower.startswith("proxy-"):
             if lower == "connection":
                 named = (named or set()) | {token.strip().lower() for token in value.split(",")}
-            elif lower in ("authorization", "x-api-key"):
+            elif lower in CLIENT_KEY_HEADERS:
                 client_auth.append((lower, value))
             continue
         kept.append((lower, value))
@@ -125,3 +130,11 @@ def decode_headers(raw: Sequence[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
     """Raw answer headers as text, names lowercased, decoded as latin-1: one character per byte,
     so encoding them back as latin-1 relays exactly the bytes the upstream sent."""
     return [(name.lower().decode("latin-1"), value.decode("latin-1")) for name, value in raw]
+
+
+def query_without_key(query: str, upstream: UpstreamConfig, proxy_keys: bool) -> str | None:
+    """Google's ``?key=`` taken out of ``query`` when the upstream has its own key (sent as a header) or
+    the client's key is a proxy key (``auth.keys`` configured); None: the query goes as it came."""
+    if "key=" not in query or (upstream.key is None and not proxy_keys):
+        return None
+    return "&".join(pair for pair in query.split("&") if pair.partition("=")[0] != "key")

@@ -9,7 +9,8 @@ says its client retries by any of:
                              frameworks built on them: Agents SDK, pydantic-ai, LangChain, LiteLLM)
 ``originator: codex_*``      Codex (``codex_exec``, ``codex_cli_rs``, ``codex_vscode``): 5 retries
                              of a 429 or 5xx by default (``stream_max_retries``)
-``user-agent``               ``codex_*/`` (Codex), ``claude-cli/`` (Claude Code), ``OpenAI/`` and
+``user-agent``               ``codex_*/`` (Codex), ``claude-cli/`` (Claude Code), ``GeminiCLI/`` and
+                             ``GeminiCLI-<surface>/`` (Gemini CLI: 429, 499 and 5xx), ``OpenAI/`` and
                              ``Anthropic/`` (the SDKs, also when a custom client drops the header)
 ==========================  =====================================================================
 
@@ -24,7 +25,16 @@ SDK_RETRY_HEADER = "x-stainless-retry-count"
 """Sent by the Stainless SDKs (openai, anthropic), which retry 429 and 5xx answers themselves."""
 RETRYING_ORIGINATORS = ("codex_",)
 """``originator`` header values of clients that retry (Codex names itself so)."""
-RETRYING_USER_AGENTS = ("codex_", "claude-cli/", "openai/", "anthropic/", "asyncopenai/", "asyncanthropic/")
+RETRYING_USER_AGENTS = (
+    "codex_",
+    "claude-cli/",
+    "geminicli/",
+    "geminicli-",  # Gemini CLI names its surface: GeminiCLI-tui/0.61.0/<model>
+    "openai/",
+    "anthropic/",
+    "asyncopenai/",
+    "asyncanthropic/",
+)
 """``user-agent`` prefixes (lower-cased) of clients that retry."""
 
 

@@ -262,6 +262,8 @@ async def test_a_429_left_to_the_client_still_moves_to_the_fallback_upstream() -
         ({"originator": "codex_cli_rs"}, 1),
         ({"user-agent": "codex_cli_rs/0.171.0 (Mac OS 15.1; arm64) iTerm.app"}, 1),
         ({"user-agent": "claude-cli/2.1.3 (external, cli)"}, 1),
+        ({"user-agent": "GeminiCLI-tui/0.61.0/gemini-3.1-pro-preview (linux; x64; terminal)"}, 1),
+        ({"user-agent": "GeminiCLI/0.61.0/gemini-2.5-pro (darwin; arm64; terminal)"}, 1),
         ({"user-agent": "Anthropic/Python 0.75.0"}, 1),
         ({"user-agent": "OpenAI/JS 6.9.1"}, 1),
         ({"user-agent": "curl/8.5.0"}, 3),
