@@ -42,7 +42,7 @@ ip link set lo up
 "$PYTHON" "$RECORDER" --port {UPSTREAM_PORT} --out "$WORK/upstream.jsonl" --fail "$FAIL" $RECORDER_ARGS \\
     > "$WORK/recorder.log" 2>&1 &
 recorder=$!
-OPENAI_BASE_URL=http://127.0.0.1:{UPSTREAM_PORT}/v1 OPENAI_API_KEY=upstream-key \\
+OPENAI_UPSTREAM_URL=http://127.0.0.1:{UPSTREAM_PORT}/v1 OPENAI_API_KEY=upstream-key \\
     "$PYTHON" -m history_proxy serve --host 127.0.0.1 --port {PROXY_PORT} $PROXY_ARGS > "$WORK/proxy.log" 2>&1 &
 proxy=$!
 for _ in $(seq 100); do
