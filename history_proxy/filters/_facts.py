@@ -20,43 +20,21 @@ from collections.abc import Callable, Sequence
 
 from history_proxy.core.evidence import DISTINCTIVE, message_text
 from history_proxy.core.messages import Message
+from history_proxy.filters._memo import BoundedMemo
 
 FACTS_LABEL = "facts: "
 
 
-class FactsMemo:
+class FactsMemo(BoundedMemo[str, tuple[str, ...]]):
     """The distinctive tokens of texts already read, in first-appearance order, so an old message is
-    scanned once rather than on every request that still carries it.
-
-    Bounded: at most ``max_entries`` texts and ``max_chars`` characters of them are held, the oldest
-    go first. Any two memos are equal: what a filter remembered never makes two configurations differ.
-    """
+    scanned once rather than on every request that still carries it (bounded: :class:`BoundedMemo`)."""
 
     def __init__(self, *, max_entries: int = 8192, max_chars: int = 16_000_000) -> None:
-        self.max_entries = max_entries
-        self.max_chars = max_chars
-        self._tokens: dict[str, tuple[str, ...]] = {}
-        self._chars = 0
+        super().__init__(max_entries=max_entries, max_chars=max_chars)
 
     def tokens(self, text: str) -> tuple[str, ...]:
         """The distinct distinctive tokens of ``text``, in the order they first appear."""
-        found = self._tokens.get(text)
-        if found is None:
-            found = tuple(dict.fromkeys(DISTINCTIVE.findall(text)))
-            if len(text) <= self.max_chars:
-                held = self._tokens
-                while held and (len(held) >= self.max_entries or self._chars + len(text) > self.max_chars):
-                    oldest = next(iter(held))
-                    del held[oldest]
-                    self._chars -= len(oldest)
-                held[text] = found
-                self._chars += len(text)
-        return found
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, FactsMemo)
-
-    __hash__ = None  # type: ignore[assignment]
+        return self.remembered(text, len(text), lambda: tuple(dict.fromkeys(DISTINCTIVE.findall(text))))
 
 
 def new_facts(messages: Sequence[Message], positions: Sequence[int], memo: FactsMemo) -> dict[int, list[str]]:

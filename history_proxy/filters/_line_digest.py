@@ -25,6 +25,7 @@ import re
 from collections.abc import Sequence
 
 from history_proxy.filters._facts import FACTS_LABEL
+from history_proxy.filters._memo import BoundedMemo
 
 LONG_LINE = 240
 """A line longer than this many characters is quoted as an excerpt around each of its tokens."""
@@ -121,39 +122,21 @@ def line_digest(
     return out, left
 
 
-class DigestMemo:
+class DigestMemo(
+    BoundedMemo[tuple[str, tuple[str, ...], float, frozenset[str]], tuple[list[str], list[str]]]
+):
     """Digests already made, keyed by the output and what shaped them, so an old output is digested
-    once rather than on every request that still carries it. Bounded like ``FactsMemo`` (entries and
-    characters, oldest first); any two memos are equal."""
+    once rather than on every request that still carries it (bounded: :class:`BoundedMemo`)."""
 
     def __init__(self, *, max_entries: int = 4096, max_chars: int = 8_000_000) -> None:
-        self.max_entries = max_entries
-        self.max_chars = max_chars
-        self._held: dict[tuple[str, tuple[str, ...], float, frozenset[str]], tuple[list[str], list[str]]] = {}
-        self._chars = 0
+        super().__init__(max_entries=max_entries, max_chars=max_chars)
 
     def digest(
         self, text: str, facts: Sequence[str], share: float, must: frozenset[str]
     ) -> tuple[list[str], list[str]]:
         """:func:`line_digest`, remembered."""
         key = (text, tuple(facts), share, must)
-        found = self._held.get(key)
-        if found is None:
-            found = line_digest(text, facts, share, must)
-            if len(text) <= self.max_chars:
-                held = self._held
-                while held and (len(held) >= self.max_entries or self._chars + len(text) > self.max_chars):
-                    oldest = next(iter(held))
-                    del held[oldest]
-                    self._chars -= len(oldest[0])
-                held[key] = found
-                self._chars += len(text)
-        return found
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, DigestMemo)
-
-    __hash__ = None  # type: ignore[assignment]
+        return self.remembered(key, len(text), lambda: line_digest(text, facts, share, must))
 
 
 def digest_notice(notice: str, quotes: Sequence[str], left: Sequence[str]) -> str:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from history_proxy.core.evidence import message_text
 from history_proxy.core.messages import Message
 from history_proxy.filters._facts import FactsMemo
+from history_proxy.filters._memo import BoundedMemo
 from history_proxy.filters.base import FilterContext
 
 HANDLE_DIGITS = 10
@@ -43,36 +44,16 @@ def handle_of(text: str) -> str:
     return hashlib.blake2b(text.encode(), digest_size=HANDLE_DIGITS // 2).hexdigest()
 
 
-class HandleMemo:
+class HandleMemo(BoundedMemo[str, str]):
     """The handles of outputs already hashed, so an old output is hashed once rather than on every
-    request that still carries it. Bounded like ``FactsMemo`` (entries and characters of the outputs
-    held, oldest first); any two memos are equal."""
+    request that still carries it (bounded: :class:`BoundedMemo`)."""
 
     def __init__(self, *, max_entries: int = 4096, max_chars: int = 8_000_000) -> None:
-        self.max_entries = max_entries
-        self.max_chars = max_chars
-        self._held: dict[str, str] = {}
-        self._chars = 0
+        super().__init__(max_entries=max_entries, max_chars=max_chars)
 
     def handle(self, text: str) -> str:
         """:func:`handle_of`, remembered."""
-        found = self._held.get(text)
-        if found is None:
-            found = handle_of(text)
-            if len(text) <= self.max_chars:
-                held = self._held
-                while held and (len(held) >= self.max_entries or self._chars + len(text) > self.max_chars):
-                    oldest = next(iter(held))
-                    del held[oldest]
-                    self._chars -= len(oldest)
-                held[text] = found
-                self._chars += len(text)
-        return found
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, HandleMemo)
-
-    __hash__ = None  # type: ignore[assignment]
+        return self.remembered(text, len(text), lambda: handle_of(text))
 
 
 def with_handle(notice: str, handle: str) -> str:

@@ -23,6 +23,7 @@ from history_proxy.core.messages import OBSERVATION, Message, image_count, tags_
 from history_proxy.filters._cost_trigger import NOTICE_TOKENS, Item, cost_boundary, window_room
 from history_proxy.filters._facts import FactsMemo, new_facts, quoted_by_recent_steps, with_facts
 from history_proxy.filters._line_digest import DigestMemo, digest_notice
+from history_proxy.filters._memo import BoundedMemo
 from history_proxy.filters._recall import HandleMemo, references, restore_sent_back, with_handle
 from history_proxy.filters._reencode import is_record, reencode_outputs
 from history_proxy.filters.base import Filter, FilterContext
@@ -113,45 +114,16 @@ def elided(message: Message, notices: NoticeMemo | None = None) -> Message:
     return {**message, "content": notice}
 
 
-class NoticeMemo:
+class NoticeMemo(BoundedMemo[str, str]):
     """The elision notices of string contents already elided, so an old observation's lines are
-    counted once rather than on every request that still carries it.
-
-    Bounded: at most ``max_entries`` contents and ``max_chars`` characters of them are held; the
-    oldest go first. Any two memos are equal: what a filter remembered never makes two
-    configurations differ.
-    """
+    counted once rather than on every request that still carries it (bounded: :class:`BoundedMemo`)."""
 
     def __init__(self, *, max_entries: int = 4096, max_chars: int = 8_000_000) -> None:
-        self.max_entries = max_entries
-        self.max_chars = max_chars
-        self._notices: dict[str, str] = {}
-        self._chars = 0
+        super().__init__(max_entries=max_entries, max_chars=max_chars)
 
     def notice(self, content: str) -> str:
         """:func:`elision_notice` of a ``str`` content."""
-        notice = self._notices.get(content)
-        if notice is None:
-            notice = elision_notice(content)
-            if len(content) <= self.max_chars:
-                notices = self._notices
-                while notices and (
-                    len(notices) >= self.max_entries or self._chars + len(content) > self.max_chars
-                ):
-                    oldest = next(iter(notices))  # dicts keep insertion order
-                    del notices[oldest]
-                    self._chars -= len(oldest)
-                notices[content] = notice
-                self._chars += len(content)
-        return notice
-
-    def __len__(self) -> int:
-        return len(self._notices)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, NoticeMemo)
-
-    __hash__ = None  # type: ignore[assignment]
+        return self.remembered(content, len(content), lambda: elision_notice(content))
 
 
 @dataclass

@@ -178,10 +178,7 @@ def _answered(
     """An answer the proxy gives itself (with the ``x-history-*`` headers), recorded as a 200."""
     answer = Whole(200, content)
     answer.headers += [(b"content-type", kind.encode("latin-1"))]
-    headers = {**headers, "x-request-id": exchange.request_id}
-    answer.headers += [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
-    fwd.finish(exchange, 200)
-    return answer
+    return _local(fwd, exchange, answer, headers)
 
 
 async def preview(fwd: Forwarder, call: Call) -> Outgoing:

@@ -598,9 +598,9 @@ def test_the_facts_memo_holds_at_most_its_entries_and_characters() -> None:
     memo = FactsMemo(max_entries=2, max_chars=100)
     for text in ("alpha_one", "beta_two", "gamma_three"):
         assert memo.tokens(text) == (text,)
-    assert len(memo._tokens) == 2 and "alpha_one" not in memo._tokens
+    assert len(memo._held) == 2 and "alpha_one" not in memo._held
     memo.tokens("x" * 200)  # too long to hold: answered, not kept
-    assert "x" * 200 not in memo._tokens
+    assert "x" * 200 not in memo._held
 
 
 # --- keep_quoted: an old output the agent's newest steps quote stays whole (issue 23) -----------------
