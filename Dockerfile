@@ -23,7 +23,7 @@ COPY pyproject.toml README.md LICENSE ./
 COPY history_proxy ./history_proxy
 # history_proxy/config/default.yaml links to it: the wheel packages the default config
 COPY config/default.yaml ./config/default.yaml
-COPY tests/corpus/tau-bench-airline-task9-trial2.json ./tests/corpus/tau-bench-airline-task9-trial2.json
+COPY tests/corpus/openhands-codeact-ponylang-ponyc-4593.json ./tests/corpus/openhands-codeact-ponylang-ponyc-4593.json
 RUN if [ -f /build-env/ca-certificates.crt ]; then export PIP_CERT=/build-env/ca-certificates.crt; fi \
     && if [ -f /build-env/pip.conf ]; then export PIP_CONFIG_FILE=/build-env/pip.conf; fi \
     && /opt/history-proxy/bin/pip install --quiet . \

@@ -29,7 +29,7 @@ BUILD_FILES = (
     "LICENSE",
     "history_proxy",
     "config/default.yaml",
-    "tests/corpus/tau-bench-airline-task9-trial2.json",  # the demo's conversation (a link in history_proxy/)
+    "tests/corpus/openhands-codeact-ponylang-ponyc-4593.json",  # the demo's conversation (a link in history_proxy/)
 )
 PROXY_PY = "proxy.py==2.4.10"
 """PyPI's proxy.py, which installs a top-level ``proxy`` package: the name this one no longer takes."""
@@ -173,7 +173,7 @@ def test_the_wheel_holds_the_demo_conversation_and_an_spdx_licence(installed: Pa
         installed,
         "from history_proxy.devtools.demo import demo_conversation; print(len(demo_conversation()['messages']))",
     )
-    assert done.stdout.strip() == "62", done.stderr
+    assert done.stdout.strip() == "68", done.stderr
     import zipfile
 
     with zipfile.ZipFile(wheel_of(installed)) as wheel:
