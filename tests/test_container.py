@@ -42,6 +42,7 @@ CONTEXT_PATHS = (
     "history_proxy",
     "config",
     "deploy/build-env",
+    "tests/corpus/openhands-codeact-ponylang-ponyc-4593.json",  # the demo's conversation, in the wheel
 )
 
 
@@ -112,6 +113,7 @@ def build_context(into: Path) -> Path:
         if source.is_dir():
             shutil.copytree(source, into / name, ignore=shutil.ignore_patterns("__pycache__", ".*cache"))
         else:
+            (into / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, into / name)
     build_env = into / "deploy" / "build-env"
     cafile = os.environ.get("PIP_CERT") or ssl.get_default_verify_paths().cafile
@@ -242,7 +244,7 @@ def test_a_mounted_config_is_served_with_two_workers_and_sigterm_stops_it_cleanl
     mounted = REPO / "deploy" / "kubernetes" / "base" / "config.yaml"  # the cluster's config
     started = podman(
         "run", "-d", "--read-only", "--tmpfs", "/tmp", "--network", "host",
-        "-v", f"{mounted}:/config/config.yaml:ro", "-e", "WORKERS=2",
+        "-v", f"{mounted}:/config/config.yaml:ro", "-e", "WORKERS=2", "-e", "HISTORY_PROXY_MOCK=1",
         "-e", f"PORT={port}", "-e", "HOST=127.0.0.1", image,
     )  # fmt: skip
     container_id = started.stdout.strip()
