@@ -44,19 +44,34 @@ policies:
     yield from start("serve", "--config", str(config), log=folder / "proxy.log", ready_path="/healthz")
 
 
+OPENED: list[openai.OpenAI | anthropic.Anthropic] = []
+"""The SDK clients a test made, closed when it ends (an open pool's sockets would warn at a later GC)."""
+
+
+@pytest.fixture(autouse=True)
+def _close_clients() -> Iterator[None]:
+    yield
+    while OPENED:
+        OPENED.pop().close()
+
+
 def oai(server: Server, role: str = "default") -> openai.OpenAI:
-    return openai.OpenAI(
+    client = openai.OpenAI(
         base_url=f"{server.url}/v1",
         api_key="client-key",
         max_retries=0,
         default_headers={"X-Agent-Role": role},
     )
+    OPENED.append(client)
+    return client
 
 
 def claude(server: Server, role: str = "default") -> anthropic.Anthropic:
-    return anthropic.Anthropic(
+    client = anthropic.Anthropic(
         base_url=server.url, api_key="client-key", max_retries=0, default_headers={"X-Agent-Role": role}
     )
+    OPENED.append(client)
+    return client
 
 
 # --- Responses ---------------------------------------------------------------------------------
@@ -311,11 +326,16 @@ auth: {{keys: [{{key: proxy-key-a, tenant: team-a}}]}}
         encoding="utf-8",
     )
     for server in start("serve", "--config", str(config), log=tmp_path / "proxy.log", ready_path="/healthz"):
-        client = anthropic.Anthropic(base_url=server.url, api_key="proxy-key-a", max_retries=0)
-        client.messages.create(model="claude-x", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+        with anthropic.Anthropic(base_url=server.url, api_key="proxy-key-a", max_retries=0) as client:
+            client.messages.create(
+                model="claude-x", max_tokens=10, messages=[{"role": "user", "content": "hi"}]
+            )
         assert "x-api-key" not in recorder[0].last("/v1/messages")["headers"]  # the proxy key never leaves
-        with pytest.raises(anthropic.AuthenticationError):
-            anthropic.Anthropic(base_url=server.url, api_key="wrong", max_retries=0).messages.create(
+        with (
+            anthropic.Anthropic(base_url=server.url, api_key="wrong", max_retries=0) as wrong,
+            pytest.raises(anthropic.AuthenticationError),
+        ):
+            wrong.messages.create(
                 model="claude-x", max_tokens=10, messages=[{"role": "user", "content": "hi"}]
             )
 
