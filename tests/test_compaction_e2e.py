@@ -191,6 +191,36 @@ def test_inline_context_management_is_emulated_past_its_threshold(
     assert not any(i.get("type") == "function_call" for i in again)  # what the handle summarized is left out
 
 
+def test_a_streamed_inline_compaction_streams_the_item_first(
+    proxy: Server, lacks: tuple[Recorder, str]
+) -> None:
+    oai = client(proxy)
+    items = [*history("streamed inline task"), user("continue")]
+    with oai.responses.stream(
+        model="local-model",
+        input=items,
+        extra_body={"context_management": [{"type": "compaction", "compact_threshold": 20}]},
+    ) as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    sent = lacks[0].last("/v1/responses")["body"]
+    assert [i["role"] for i in sent["input"]] == ["user", "user", "developer"]  # compacted before it went
+    done = [
+        e.item.model_dump(exclude_none=True, warnings=False)
+        for e in events
+        if e.type == "response.output_item.done"
+    ]
+    assert done[0]["type"] == "compaction" and done[0]["encrypted_content"].startswith(HANDLE_PREFIX)
+    assert [e.output_index for e in events if e.type == "response.output_item.done"] == list(range(len(done)))
+    numbers = [e.sequence_number for e in events]
+    assert numbers == sorted(set(numbers))  # still strictly increasing with the two events added
+    output = plain(final.output)
+    assert output[0] == done[0] and output[1]["type"] == "message"
+    later = oai.responses.create(model="local-model", input=[*items, *output, user("more")])
+    assert later.status == "completed"
+    assert not any(i.get("type") == "function_call" for i in lacks[0].last("/v1/responses")["body"]["input"])
+
+
 def test_inline_context_management_below_its_threshold_only_leaves_the_field_out(
     proxy: Server, lacks: tuple[Recorder, str]
 ) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 from history_proxy.core.identity import Identity
 from history_proxy.pipeline.scope import caller_summarizer
 from history_proxy.server.body import encode_json
-from history_proxy.server.edge import Call, Outgoing, Whole
+from history_proxy.server.edge import Call, Whole
 from history_proxy.summaries.compactions import CompactionStore
 from history_proxy.surfaces import compaction
 from history_proxy.surfaces.compaction import Shaped
@@ -32,7 +32,8 @@ class Compacting:
     triggered: bool = False
     """A ``compaction_trigger`` request for an emulating upstream: answered by the proxy."""
     item: dict[str, Any] | None = None
-    """The proxy's ``compaction`` item to put first in a JSON answer (an inline compaction)."""
+    """The proxy's ``compaction`` item to put first in the answer, whole or streamed (an inline
+    compaction; :mod:`history_proxy.surfaces.compaction_answer`)."""
     local: Whole | None = None
     """The proxy's own answer (``/v1/responses/compact`` emulated): nothing is forwarded."""
 
@@ -115,21 +116,3 @@ def _answer(
     media = b"text/event-stream" if kind == "sse" else b"application/json"
     whole.headers.append((b"content-type", media))
     return whole
-
-
-def answered(response: Outgoing, compacting: Compacting | None) -> Outgoing:
-    """``response`` with the inline compaction's item first in its ``output`` (a whole JSON answer; a
-    stream is relayed as it comes, and the next request compacts again from the cached summary)."""
-    if compacting is None or compacting.item is None or not isinstance(response, Whole):
-        return response
-    if response.status != 200:
-        return response
-    body = compaction.with_item(response.body, compacting.item)
-    if body is None:
-        return response
-    response.body = body
-    response.headers = [
-        (name, str(len(body)).encode("latin-1") if name == b"content-length" else value)
-        for name, value in response.headers
-    ]
-    return response

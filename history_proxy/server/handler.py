@@ -40,11 +40,13 @@ from history_proxy.server.edge import Call, Outgoing, Whole, route_path
 from history_proxy.server.forwarding import Forwarder
 from history_proxy.server.overflow import RETRY_HEADER, retry_if_overflow
 from history_proxy.server.warm import counted_off_loop, read_request
+from history_proxy.surfaces.compaction_answer import InlineCompaction
 from history_proxy.surfaces.context_management import FIELD, with_beta
 from history_proxy.surfaces.shape import shape, surface_named
 from history_proxy.surfaces.table import BY_NAME, Surface, path_model, upstream_path_of
 from history_proxy.upstream.client import Body
 from history_proxy.upstream.headers import query_without_key
+from history_proxy.upstream.reply import AnswerRewrite
 
 
 def check_speaks(config: Config, surface: Surface, names: list[str]) -> None:
@@ -82,7 +84,9 @@ async def handle(fwd: Forwarder, call: Call, surface: Surface) -> Outgoing:
         if surface.key_in_query
         else None
     )
-    rewrite = None
+    rewrite: AnswerRewrite | None = None
+    if compacting is not None and compacting.item is not None:  # compacted inline: the item answered
+        rewrite = InlineCompaction(compacting.item)
     if managed is not None:
         sent = with_beta(sent, managed.managed.beta)
         rewrite = await answer_rewrite(
@@ -106,7 +110,7 @@ async def handle(fwd: Forwarder, call: Call, surface: Surface) -> Outgoing:
             reply, answer[RETRY_HEADER] = retried[0], str(retried[1])
             reply.rewrite = rewrite
     reply.stream_error = surface.stream_error
-    return compaction_route.answered(await fwd.respond(reply, exchange, answer), compacting)
+    return await fwd.respond(reply, exchange, answer)
 
 
 def _local(fwd: Forwarder, exchange: Exchange, answer: Whole, headers: dict[str, str]) -> Whole:
