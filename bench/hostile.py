@@ -2,7 +2,7 @@
 
     python -m bench.hostile --tree PATH memo      [--requests 40] [--size 4000000]
     python -m bench.hostile --tree PATH inflight  [--concurrent 10] [--size 30000000] [--budget BYTES]
-    python -m bench.hostile --tree PATH capture   [--messages 2001] [--size 12000] [--off]
+    python -m bench.hostile --tree PATH capture   [--messages 2001] [--size 12000] [--off] [--fast-upstream]
 
 Each load starts `history-proxy serve` from ``--tree`` (point it at another checkout to compare) and
 a separate `history-proxy mock-upstream` process, both on free loopback ports, and prints one JSON
@@ -15,7 +15,9 @@ object:
   sets ``limits.max_inflight_bytes`` (trees that have it).
 - ``capture``: one chat request of ``--messages`` messages of ``--size`` characters (24 MB by
   default) with ``telemetry.capture_content`` on (``--off``: telemetry off), ``/healthz`` probed
-  every 10 ms from another process meanwhile (R8); the worst probe wait.
+  every 10 ms from another process meanwhile (R8); the worst probe wait. ``--fast-upstream``: the
+  upstream is :mod:`bench.fast_upstream` (it does not read the body), so that the probe measures the
+  proxy and not a mock tokenizing 24 MB on the same two cores.
 """
 
 from __future__ import annotations
@@ -62,8 +64,11 @@ def status_kb(pid: int, field: str) -> float:
 
 
 @contextmanager
-def serving(tree: str, limits: str, telemetry: str = "") -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """`serve` from ``tree`` and a separate mock upstream; yields the proxy's URL and process."""
+def serving(
+    tree: str, limits: str, telemetry: str = "", fast: bool = False
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """`serve` from ``tree`` and a separate mock upstream (``fast``: :mod:`bench.fast_upstream`, which
+    answers without reading the body); yields the proxy's URL and process."""
     upstream, port = procs.free_port(), procs.free_port()
     folder = Path(tempfile.mkdtemp())
     config = folder / "config.yaml"
@@ -86,8 +91,14 @@ limits: {{{limits}}}
         "stdout": subprocess.DEVNULL,
         "stderr": subprocess.DEVNULL,
     }
+    upstream_command = (
+        ["-m", "bench.fast_upstream", "--port", str(upstream)]
+        if fast
+        else ["-m", package, "mock-upstream", "--port", str(upstream)]
+    )
     mock = subprocess.Popen(
-        [sys.executable, "-m", package, "mock-upstream", "--port", str(upstream)], **quiet
+        [sys.executable, *upstream_command],
+        **{**quiet, "cwd": str(Path(__file__).resolve().parents[1])} if fast else quiet,
     )
     serve = [sys.executable, "-m", package, "serve", "--config", str(config), "--port", str(port)]
     with (folder / "serve.log").open("wb") as log:
@@ -171,7 +182,7 @@ def capture(args: argparse.Namespace) -> dict[str, Any]:
         for i in range(args.messages)
     ]
     raw = json.dumps({"model": "gpt-4o", "messages": messages}).encode()
-    with serving(args.tree, "", telemetry) as (url, _):
+    with serving(args.tree, "", telemetry, fast=args.fast_upstream) as (url, _):
         answer: list[float] = []
 
         def send() -> None:
@@ -217,6 +228,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=int, default=0)
     parser.add_argument("--messages", type=int, default=2001)
     parser.add_argument("--off", action="store_true")
+    parser.add_argument(
+        "--fast-upstream",
+        action="store_true",
+        help="capture: bench.fast_upstream as the upstream (the mock counts the 24 MB it receives: "
+        "seconds of a core, on the same 2 cores as the proxy and the probe)",
+    )
     args = parser.parse_args(argv)
     args.size = args.size or {"memo": 4_000_000, "inflight": 30_000_000, "capture": 12_000}[args.load]
     run = {"memo": memo, "inflight": inflight, "capture": capture}[args.load]

@@ -5,11 +5,13 @@
 Serves TREE (a checkout) with a separate `history-proxy mock-upstream` process on loopback, sends one
 request of SIZE characters of ``a`` to `/v1/history/preview` and then to `/v1/chat/completions`, and
 probes `/healthz` every 10 ms meanwhile; prints the worst probe wait and the request's own time. The
-probe shares this process with the sender, so the sender's own JSON encoding is included.
+probe shares this process with the sender, whose body is encoded before the probing starts (its
+encoding was in the worst wait before 2026-12-02).
 """
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -42,9 +44,11 @@ def probe(url: str, path: str, size: int) -> str:
     done = threading.Event()
     status: list[int] = []
     payload = {"model": "gpt-4o", "messages": [{"role": "user", "content": "a" * size}]}
+    raw = json.dumps(payload).encode()
 
     def send() -> None:
-        status.append(httpx.post(f"{url}{path}", json=payload, timeout=600).status_code)
+        headers = {"content-type": "application/json"}
+        status.append(httpx.post(f"{url}{path}", content=raw, headers=headers, timeout=600).status_code)
         done.set()
 
     started = time.perf_counter()

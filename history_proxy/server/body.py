@@ -6,6 +6,7 @@ Framework-free: the app hands in the request's headers and its body stream. Ever
 
 from __future__ import annotations
 
+import codecs
 import json
 import math
 from collections.abc import AsyncIterable, AsyncIterator, Mapping
@@ -14,6 +15,10 @@ from typing import Any
 import orjson
 
 from history_proxy.errors import InvalidRequestError, PayloadTooLargeError
+from history_proxy.server.json_steps import parse_in_steps
+
+PARSE_IN_STEPS_BYTES = 8 * 1024 * 1024
+"""Bodies at least this large are parsed one top-level value (or array element) per call."""
 
 
 def encode_json(body: Any) -> bytes:
@@ -54,9 +59,11 @@ def check_containers(raw: bytes, limit: int) -> None:
     bytes can hold more than ``limit`` containers (``{}`` and ``[]`` take two bytes at least), so
     ordinary bodies are never counted. Brackets inside strings count too: the bound is generous.
     """
-    if len(raw) <= 2 * limit:
-        return
-    count = raw.count(b"{") + raw.count(b"[")
+    if len(raw) > 2 * limit:
+        _check_count(raw.count(b"{") + raw.count(b"["), limit)
+
+
+def _check_count(count: int, limit: int) -> None:
     if count > limit:
         raise PayloadTooLargeError(
             f"the request body holds about {count} JSON objects and arrays; this proxy parses at most "
@@ -81,6 +88,35 @@ def parse_body(raw: bytes, max_containers: int | None = None, history: str = "me
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
         body = _parse_strictly(raw, history)
+    return _object_body(body, history)
+
+
+def parse_pieces(
+    pieces: list[bytes], max_containers: int | None, history: str = "messages"
+) -> dict[str, Any]:
+    """:func:`parse_body` for a body still in the pieces it arrived in (:func:`read_pieces`), which it
+    consumes: the list is emptied, each piece freed once it is used.
+
+    A body of :data:`PARSE_IN_STEPS_BYTES` or more is decoded piece by piece and parsed by the stdlib
+    in steps (:mod:`history_proxy.server.json_steps`): one C call over it would hold the GIL for tens
+    of milliseconds, and the bytes, the text and the parsed body would be held at once.
+    """
+    if sum(map(len, pieces)) < PARSE_IN_STEPS_BYTES:
+        raw = joined(pieces)
+        pieces.clear()
+        return parse_body(raw, max_containers, history)
+    if max_containers is not None:
+        _check_count(sum(piece.count(b"{") + piece.count(b"[") for piece in pieces), max_containers)
+    try:
+        body = parse_in_steps(decoded(pieces), _STRICT)
+    except RecursionError:
+        raise InvalidRequestError("the request body is nested too deeply", code="invalid_json") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise _not_json(exc, history) from None
+    return _object_body(body, history)
+
+
+def _object_body(body: Any, history: str) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise InvalidRequestError(
             f"the request body must be a JSON object with 'model' and '{history}', not a JSON {type(body).__name__}",
@@ -89,16 +125,40 @@ def parse_body(raw: bytes, max_containers: int | None = None, history: str = "me
     return body
 
 
+_STRICT = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
+
+
 def _parse_strictly(raw: bytes, history: str) -> Any:
     try:
         return json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
     except RecursionError:
         raise InvalidRequestError("the request body is nested too deeply", code="invalid_json") from None
     except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidRequestError(
-            f"the request body is not valid JSON ({exc}); send a JSON object with 'model' and '{history}'",
-            code="invalid_json",
-        ) from None
+        raise _not_json(exc, history) from None
+
+
+def _not_json(exc: Exception, history: str) -> InvalidRequestError:
+    return InvalidRequestError(
+        f"the request body is not valid JSON ({exc}); send a JSON object with 'model' and '{history}'",
+        code="invalid_json",
+    )
+
+
+def decoded(pieces: list[bytes]) -> str:
+    """The text of a body in pieces, as ``json.loads`` would decode its bytes (encoding detected from
+    the first bytes, surrogates passed); the list is emptied as it is decoded."""
+    head = b""
+    for piece in pieces:
+        head += piece[: 4 - len(head)]
+        if len(head) == 4:
+            break
+    decoder = codecs.getincrementaldecoder(json.detect_encoding(head))("surrogatepass")
+    parts = []
+    pieces.reverse()  # popped from the end: each piece freed as soon as it is decoded
+    while pieces:
+        parts.append(decoder.decode(pieces.pop()))
+    parts.append(decoder.decode(b"", final=True))
+    return "".join(parts)
 
 
 def model_of(raw: bytes) -> str:
@@ -146,8 +206,10 @@ async def capped_stream(
         yield chunk
 
 
-async def read_body(headers: Mapping[str, str], chunks: AsyncIterable[bytes], limit: int) -> bytes:
-    """The whole body, refusing (413) anything over ``limit`` bytes before or while reading it."""
+async def read_pieces(headers: Mapping[str, str], chunks: AsyncIterable[bytes], limit: int) -> list[bytes]:
+    """The whole body as the pieces it arrived in, refusing (413) anything over ``limit`` bytes before or
+    while reading it. Joining them is left to the caller: for a body of many megabytes the join is a copy
+    of tens of milliseconds, which :func:`history_proxy.server.warm.read_request` makes off the loop."""
     check_declared_length(headers, limit)
     pieces: list[bytes] = []
     size = 0
@@ -157,4 +219,14 @@ async def read_body(headers: Mapping[str, str], chunks: AsyncIterable[bytes], li
             raise _too_large(limit, f"over {limit}")
         if chunk:
             pieces.append(chunk)
+    return pieces
+
+
+def joined(pieces: list[bytes]) -> bytes:
+    """The pieces of a body as one ``bytes`` (the one piece itself, when there is one)."""
     return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+
+async def read_body(headers: Mapping[str, str], chunks: AsyncIterable[bytes], limit: int) -> bytes:
+    """The whole body, refusing (413) anything over ``limit`` bytes before or while reading it."""
+    return joined(await read_pieces(headers, chunks, limit))

@@ -3,7 +3,8 @@
 Counting tokens is the proxy's heaviest work per byte (tiktoken: ~6 MB/s of prose here). Done on
 the event loop, one 30 MB body held every other client and tenant for seconds. Two measures:
 
-- :func:`read_request` parses a body of :data:`PARSE_OFF_LOOP_BYTES` or more in a worker thread.
+- :func:`read_request` joins and parses a body of :data:`PARSE_OFF_LOOP_BYTES` or more in a worker
+  thread, one top-level element per call past :data:`history_proxy.server.body.PARSE_IN_STEPS_BYTES`.
 - :func:`counted_off_loop` runs a request's shaping with a budget of :data:`LOOP_CHARS` characters
   to tokenize on the loop (:data:`history_proxy.core.string_counts.LOOP_BUDGET`). A request that needs more
   (new long texts: a large tool output, a hostile run of one character) stops at once
@@ -23,7 +24,12 @@ from typing import Any, TypeVar
 
 from history_proxy.core.string_counts import LOOP_BUDGET, CountLater
 from history_proxy.core.tokens import TokenCounter, TokenCounters
-from history_proxy.server.body import parse_body, read_body
+from history_proxy.server.body import (
+    joined,
+    parse_body,
+    parse_pieces,
+    read_pieces,
+)
 from history_proxy.server.edge import Call
 from history_proxy.surfaces.messages import tool_use_arguments
 
@@ -44,11 +50,12 @@ async def read_request(call: Call, history: str = "messages") -> dict[str, Any]:
     """The request body as a JSON object (413/400 as :func:`parse_body`, naming the surface's ``history``
     field), parsed off the loop when large."""
     limits = call.state.config.limits
-    raw = await read_body(call.headers, call.stream(), limits.max_body_bytes)
-    if len(raw) < PARSE_OFF_LOOP_BYTES:
-        return parse_body(raw, limits.max_json_containers, history)
+    pieces = await read_pieces(call.headers, call.stream(), limits.max_body_bytes)
+    if sum(map(len, pieces)) < PARSE_OFF_LOOP_BYTES:
+        return parse_body(joined(pieces), limits.max_json_containers, history)
+    # joined too in the thread: a copy of tens of megabytes is itself a wait for the loop
     return await asyncio.get_running_loop().run_in_executor(
-        _workers(), parse_body, raw, limits.max_json_containers, history
+        _workers(), parse_pieces, pieces, limits.max_json_containers, history
     )
 
 
