@@ -198,3 +198,17 @@ def test_the_store_reports_what_it_holds_and_its_bound(proxy: Server) -> None:
     bound = re.search(r"^history_proxy_recall_store_max_bytes ([0-9.e+]+)$", text, re.MULTILINE)
     assert held and bound
     assert len(A_PY) <= float(held.group(1)) <= float(bound.group(1)) == 64 * 1024 * 1024
+
+
+def test_an_elided_output_is_served_by_retrieve_to_its_own_tenant_only(
+    proxy: Server, upstream: Recorder
+) -> None:
+    send(proxy, "chat", steps(A_PY, None))
+    notice = received_outputs(upstream, "chat")[0]
+    assert f"#{HANDLE}" in notice
+    url = f"{proxy.url}/v1/retrieve/{HANDLE}"
+    own = httpx.get(url, headers={"Authorization": f"Bearer {KEYS['team-a']}"}, timeout=10)
+    assert own.status_code == 200 and own.json() == {"hash": HANDLE, "original_content": A_PY}
+    other = httpx.get(url, headers={"Authorization": f"Bearer {KEYS['team-b']}"}, timeout=10)
+    assert other.status_code == 404 and other.json()["error"]["code"] == "hash_not_found"
+    assert httpx.get(url, timeout=10).status_code == 401  # no proxy key: refused as on every route

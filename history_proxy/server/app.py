@@ -59,7 +59,7 @@ from history_proxy.server.handler import handle, preview
 from history_proxy.server.inflight import InflightBytes
 from history_proxy.server.protocol import HEAD_LIMITS
 from history_proxy.server.reload import Reloader, ServingState, StateSwitch, authorize_admin, reload_on_sighup
-from history_proxy.server.retrieve import retrieve
+from history_proxy.server.retrieve import Originals, retrieve
 from history_proxy.summaries.cache import CachingSummarizer
 from history_proxy.summaries.compactions import CompactionStore
 from history_proxy.summaries.recall import MemoryRecall
@@ -143,8 +143,12 @@ class _Proxy(Forwarder):
         return await handle(self, call, surface)
 
     async def retrieve(self, request: Request) -> Outgoing:
-        """``GET /v1/retrieve/{hash}``: a message ``POST /v1/compress`` left out, for the same tenant."""
-        return await retrieve(self, Call.of(request), request.path_params["handle"], self.compressed)
+        """``GET /v1/retrieve/{hash}``: a message ``POST /v1/compress`` left out, or a tool output a
+        filter elided with recall, for the same tenant."""
+        stores: list[Originals] = [self.recall]
+        if self.compressed is not None:
+            stores.insert(0, self.compressed)
+        return await retrieve(self, Call.of(request), request.path_params["handle"], stores)
 
     async def preview(self, request: Request) -> Outgoing:
         """``POST /v1/history/preview``: shaped as if forwarded, answered with the body and report."""
