@@ -59,10 +59,10 @@ def refetches(before: Sequence[Message], after: Sequence[Message]) -> int:
     for message in before[:step]:
         for call in tool_calls(message) if message.get("role") == "assistant" else ():
             key = call.get("id") if isinstance(call, dict) else None
+            if key not in results or (key in shown and shown[key] == results[key]):
+                continue  # its output is shown as it was: no need to read its arguments
             signature = _signature(call)
-            if signature is None or key not in results:
-                continue
-            if key not in shown or shown[key] != results[key]:
+            if signature is not None:
                 hidden.add(signature)
     return sum(1 for call in tool_calls(before[step]) if _signature(call) in hidden)
 
