@@ -240,6 +240,21 @@ def format_row(row: dict[str, Any]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def speaks_gemini(tree: Path) -> bool:
+    """Whether the tree has the Gemini surface (``api: google`` upstreams; trees before issue 36 refuse them)."""
+    return any((tree / package / "surfaces" / "gemini.py").exists() for package in ("history_proxy", "proxy"))
+
+
+def without_google(config_path: Path) -> None:
+    """The benchmark config less its ``api: google`` upstreams and their routes (compare sends no
+    Gemini request; an older tree would refuse the config)."""
+    config = yaml.safe_load(config_path.read_text())
+    google = {name for name, upstream in config["upstreams"].items() if upstream.get("api") == "google"}
+    config["upstreams"] = {name: u for name, u in config["upstreams"].items() if name not in google}
+    config["routes"] = [route for route in config["routes"] if route["upstream"] not in google]
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     settings = runner_args(args)
@@ -253,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
         sink = stack.enter_context(Sink(args.sink_delay_s)) if args.telemetry else None
         if sink is not None:
             enable_telemetry(runner.config_path)
+        if not all(speaks_gemini(tree) for tree in trees):
+            without_google(runner.config_path)
         ports = [procs.free_port() for _ in trees]
         started = []
         for tree, port, path, env in zip(TREES, ports, trees, (args.env_old, args.env_new), strict=True):
