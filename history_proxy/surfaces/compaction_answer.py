@@ -17,6 +17,7 @@ import json
 from typing import Any
 
 from history_proxy.surfaces.compaction import with_item
+from history_proxy.surfaces.sse_rewrite import EventRewrite
 
 _BEFORE_OUTPUT = frozenset({"response.created", "response.in_progress", "error"})
 _ADDED = 2
@@ -27,34 +28,20 @@ def _dumps(value: Any) -> bytes:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
-class InlineCompaction:
+class InlineCompaction(EventRewrite):
     """Puts the proxy's ``compaction`` item first in a ``response``, whole or streamed."""
 
     def __init__(self, item: dict[str, Any]) -> None:
+        super().__init__()
         self.item = item
-        self._pending = b""
         self._inserted = False
 
     def whole(self, body: bytes) -> bytes:
         """A JSON ``response`` with the item first in ``output`` (anything else: as it came)."""
         return with_item(body, self.item) or body
 
-    def piece(self, piece: bytes) -> bytes:
-        """The complete SSE events received so far, rewritten (the rest is held until its end arrives)."""
-        data = self._pending + piece
-        end = data.rfind(b"\n\n")
-        if end < 0:
-            self._pending = data
-            return b""
-        ready, self._pending = data[: end + 2], data[end + 2 :]
-        return self._events(ready)
-
-    def end(self) -> bytes:
-        """What is still held when the stream ends."""
-        rest, self._pending = self._pending, b""
-        return self._events(rest) if rest.strip() else rest
-
-    def _events(self, data: bytes) -> bytes:
+    def events(self, data: bytes) -> bytes:
+        """The events with the item's two inserted before the first output event, the later ones moved."""
         out: list[bytes] = []
         for block in data.split(b"\n\n"):
             if not block:

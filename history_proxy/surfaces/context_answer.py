@@ -14,6 +14,8 @@ import hashlib
 import json
 from typing import Any
 
+from history_proxy.surfaces.sse_rewrite import EventRewrite
+
 _DELTA = b'"message_delta"'
 
 
@@ -21,12 +23,12 @@ def _dumps(value: Any) -> bytes:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
-class AppliedEdits:
+class AppliedEdits(EventRewrite):
     """Adds ``context_management`` to an answer (an :class:`history_proxy.upstream.reply.AnswerRewrite`)."""
 
     def __init__(self, context_management: dict[str, Any]) -> None:
+        super().__init__()
         self.context_management = context_management
-        self._pending = b""
 
     def whole(self, body: bytes) -> bytes:
         """A JSON answer with the field added (anything that is not a JSON object: as it came)."""
@@ -38,22 +40,12 @@ class AppliedEdits:
             return body
         return _dumps({**answer, "context_management": self.context_management})
 
-    def piece(self, piece: bytes) -> bytes:
-        """The complete SSE events received so far (the rest is held until its end arrives)."""
-        data = self._pending + piece
-        end = data.rfind(b"\n\n")
-        if end < 0:
-            self._pending = data
-            return b""
-        ready, self._pending = data[: end + 2], data[end + 2 :]
-        return self._events(ready) if _DELTA in ready else ready
+    def concerns(self, data: bytes) -> bool:
+        """Only events holding a ``message_delta`` are read (subclasses that shift blocks read all)."""
+        return not self.only_delta or _DELTA in data
 
-    def end(self) -> bytes:
-        """What is still held when the stream ends."""
-        rest, self._pending = self._pending, b""
-        return self._events(rest) if _DELTA in rest else rest
-
-    def _events(self, data: bytes) -> bytes:
+    def events(self, data: bytes) -> bytes:
+        """Each event's ``data:`` line that :meth:`_event` rewrites, written again."""
         lines = data.split(b"\n")
         for n, line in enumerate(lines):
             if not line.startswith(b"data:") or (self.only_delta and _DELTA not in line):
@@ -95,19 +87,6 @@ class Compacted(AppliedEdits):
             return body
         content = [self.block, *answer["content"]]
         return _dumps({**answer, "content": content, "context_management": self.context_management})
-
-    def piece(self, piece: bytes) -> bytes:
-        data = self._pending + piece
-        end = data.rfind(b"\n\n")
-        if end < 0:
-            self._pending = data
-            return b""
-        ready, self._pending = data[: end + 2], data[end + 2 :]
-        return self._events(ready)
-
-    def end(self) -> bytes:
-        rest, self._pending = self._pending, b""
-        return self._events(rest)
 
     def _event(self, event: dict[str, Any], line: bytes) -> bytes:
         kind = event.get("type")
